@@ -1,0 +1,10 @@
+//! kcl-host: consume Amazon Kinesis the way the Kinesis Client Library does,
+//! with each shard's processor a sandboxed WebAssembly component.
+//!
+//! - [`runtime`]: wasmtime, components, one sandboxed instance per shard.
+//! - [`replay`]: a processor's lifecycle on records from a file.
+//! - [`cli`]: command-line parsing.
+
+pub mod cli;
+pub mod replay;
+pub mod runtime;

@@ -1,0 +1,76 @@
+use std::fs::File;
+use std::io::BufReader;
+use std::process::ExitCode;
+
+use clap::Parser;
+use kcl_host::cli::{Cli, Command, ReplayArgs};
+use kcl_host::replay::{self, ReplayReport};
+use kcl_host::runtime::bindings::ShardInfo;
+use kcl_host::runtime::{Processor, Runtime};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("starting tokio");
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Replay(args) => run_replay(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_replay(args: ReplayArgs) -> Result<(), String> {
+    let records = if args.input.as_os_str() == "-" {
+        replay::read_records(std::io::stdin().lock())
+    } else {
+        let file = File::open(&args.input)
+            .map_err(|e| format!("cannot open input `{}`: {e}", args.input.display()))?;
+        replay::read_records(BufReader::new(file))
+    }
+    .map_err(|e| format!("{}: {e}", args.input.display()))?;
+
+    let runtime = Runtime::new(args.runtime.config(2)).map_err(|e| format!("cannot start wasmtime: {e}"))?;
+    let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
+    let shard = ShardInfo {
+        stream_name: args.stream,
+        shard_id: args.shard_id,
+        starting_checkpoint: "TRIM_HORIZON".into(),
+        starting_sub_sequence_number: None,
+    };
+    match replay::replay(&processor, shard, records, args.batch_size).await {
+        Ok(report) => {
+            print_summary(&report);
+            Ok(())
+        }
+        Err(failure) => {
+            print_summary(&failure.report);
+            Err(failure.to_string())
+        }
+    }
+}
+
+fn print_summary(report: &ReplayReport) {
+    let secs = report.elapsed.as_secs_f64();
+    let rate = if secs > 0.0 { report.records as f64 / secs } else { 0.0 };
+    println!(
+        "replayed {} records in {} batches in {:.1} ms ({:.0} records/s); {} checkpoints, last {}",
+        report.records,
+        report.batches,
+        secs * 1e3,
+        rate,
+        report.checkpoints.len(),
+        report.checkpoints.last().map_or("none", String::as_str),
+    );
+}

@@ -1,0 +1,224 @@
+//! `kcl-host replay`: a processor's whole lifecycle on records from a file,
+//! with no Kinesis, DynamoDB or network — the processor author's test loop.
+
+use std::io::BufRead;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_smithy_types::date_time::{DateTime, Format};
+use base64::Engine as _;
+use serde::Deserialize;
+
+use crate::runtime::bindings::{Batch, KinesisRecord, ShardInfo, ShutdownReason};
+use crate::runtime::sequence::Position;
+use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor};
+
+/// One input line, as the user writes it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputLine {
+    data: Option<String>,
+    data_base64: Option<String>,
+    partition_key: Option<String>,
+    sequence_number: Option<String>,
+    arrival: Option<String>,
+}
+
+/// A line of the input that cannot be turned into a record.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("cannot read the input: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("input line {line}: {reason}")]
+    Line { line: usize, reason: String },
+}
+
+/// Reads records, one JSON object per line: `data` (UTF-8) or `data_base64`,
+/// and optional `partition_key`, `sequence_number`, `arrival` (RFC 3339).
+/// Missing fields are generated; blank lines are skipped.
+pub fn read_records(input: impl BufRead) -> Result<Vec<KinesisRecord>, InputError> {
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let mut records: Vec<KinesisRecord> = Vec::new();
+    let mut last: Option<Position> = None;
+    for (index, line) in input.lines().enumerate() {
+        let line_no = index + 1;
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |reason: String| InputError::Line { line: line_no, reason };
+        let input: InputLine = serde_json::from_str(&line).map_err(|e| bad(format!("not a record object: {e}")))?;
+        let data = match (input.data, input.data_base64) {
+            (Some(text), None) => text.into_bytes(),
+            (None, Some(b64)) => base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map_err(|e| bad(format!("`data_base64` is not base64: {e}")))?,
+            (Some(_), Some(_)) => return Err(bad("give `data` or `data_base64`, not both".into())),
+            (None, None) => return Err(bad("missing `data` (UTF-8 text) or `data_base64`".into())),
+        };
+        let sequence_number = input.sequence_number.unwrap_or_else(|| generated_sequence_number(line_no));
+        let position = Position::new(&sequence_number, None).map_err(|e| bad(e.to_string()))?;
+        if let Some(previous) = &last {
+            if position <= *previous {
+                return Err(bad(format!(
+                    "sequence number {sequence_number} is not after the previous record's {previous}; \
+                     records must be in shard order"
+                )));
+            }
+        }
+        last = Some(position);
+        let approximate_arrival_timestamp_ms = match input.arrival {
+            Some(text) => DateTime::from_str(&text, Format::DateTime)
+                .ok()
+                .and_then(|t| u64::try_from(t.to_millis().ok()?).ok())
+                .ok_or_else(|| bad(format!("`arrival` {text:?} is not an RFC 3339 time like 2026-01-31T12:00:00Z")))?,
+            None => now_ms,
+        };
+        records.push(KinesisRecord {
+            data,
+            partition_key: input.partition_key.unwrap_or_else(|| format!("key-{line_no}")),
+            sequence_number,
+            sub_sequence_number: None,
+            approximate_arrival_timestamp_ms,
+            explicit_hash_key: None,
+        });
+    }
+    Ok(records)
+}
+
+/// Shaped like a real Kinesis sequence number (56 digits), increasing with the line.
+fn generated_sequence_number(line: usize) -> String {
+    format!("49{line:054}")
+}
+
+/// What a replay did.
+#[derive(Debug, Default)]
+pub struct ReplayReport {
+    pub records: usize,
+    pub batches: usize,
+    /// Every checkpoint the processor made, in order.
+    pub checkpoints: Vec<String>,
+    pub elapsed: Duration,
+}
+
+/// A failed replay: the call that failed and how far it got.
+#[derive(Debug, thiserror::Error)]
+#[error("{call} failed after {records_done} records: {error}")]
+pub struct ReplayError {
+    pub call: String,
+    pub records_done: usize,
+    pub error: CallError,
+    pub report: ReplayReport,
+}
+
+/// Prints each checkpoint as it happens and keeps it for the report.
+#[derive(Clone, Default)]
+struct PrintingSink(Arc<Mutex<Vec<String>>>);
+
+impl CheckpointSink for PrintingSink {
+    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+        println!("checkpoint {position}");
+        self.0.lock().expect("not poisoned").push(position.to_string());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Runs initialize, `records` in batches of `batch_size`, then shutdown(shard-end).
+pub async fn replay(
+    processor: &Processor,
+    shard: ShardInfo,
+    records: Vec<KinesisRecord>,
+    batch_size: usize,
+) -> Result<ReplayReport, ReplayError> {
+    let started = Instant::now();
+    let sink = PrintingSink::default();
+    let mut report = ReplayReport::default();
+    let fail = |call: String, error: CallError, report: ReplayReport| {
+        let records_done = report.records;
+        ReplayError { call, records_done, error, report }
+    };
+
+    let mut instance = match processor.instantiate(&shard.shard_id, Box::new(sink.clone()), None).await {
+        Ok(instance) => instance,
+        Err(e) => return Err(fail("instantiate".into(), e, report)),
+    };
+    if let Err(e) = instance.initialize(&shard).await {
+        return Err(fail("initialize".into(), e, report));
+    }
+    let total = records.len();
+    let mut records = records.into_iter().peekable();
+    while records.peek().is_some() {
+        let batch_records: Vec<_> = records.by_ref().take(batch_size.max(1)).collect();
+        let count = batch_records.len();
+        let behind = behind_latest_ms(&batch_records, total - report.records - count);
+        let batch = Batch { records: batch_records, millis_behind_latest: behind };
+        if let Err(e) = instance.process_records(&batch).await {
+            report.checkpoints = sink.0.lock().expect("not poisoned").clone();
+            let call = format!("process-records (batch {}, records {}..={})", report.batches + 1, report.records + 1, report.records + count);
+            return Err(fail(call, e, report));
+        }
+        report.batches += 1;
+        report.records += count;
+    }
+    let result = instance.shutdown(ShutdownReason::ShardEnd).await;
+    report.checkpoints = sink.0.lock().expect("not poisoned").clone();
+    report.elapsed = started.elapsed();
+    match result {
+        Ok(()) => Ok(report),
+        Err(e) => Err(fail("shutdown(shard-end)".into(), e, report)),
+    }
+}
+
+/// 0 for the last batch; otherwise the gap between this batch's last record
+/// and the input's newest, as Kinesis would report it.
+fn behind_latest_ms(batch: &[KinesisRecord], records_after: usize) -> u64 {
+    if records_after == 0 {
+        return 0;
+    }
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    batch.last().map_or(0, |r| now.saturating_sub(r.approximate_arrival_timestamp_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_text_base64_and_generated_fields() {
+        let input = concat!(
+            r#"{"data": "hello", "partition_key": "p", "sequence_number": "7", "arrival": "2026-01-31T12:00:00Z"}"#, "\n",
+            "\n",
+            r#"{"data_base64": "AAEC"}"#, "\n",
+        );
+        let records = read_records(input.as_bytes()).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].data, b"hello");
+        assert_eq!(records[0].partition_key, "p");
+        assert_eq!(records[0].approximate_arrival_timestamp_ms, 1_769_860_800_000);
+        assert_eq!(records[1].data, vec![0, 1, 2]);
+        assert_eq!(records[1].partition_key, "key-3");
+        assert_eq!(records[1].sequence_number.len(), 56);
+    }
+
+    #[test]
+    fn malformed_lines_are_named_by_number() {
+        let cases = [
+            ("{\"data\": \"a\"}\nnot json\n", 2, "not a record object"),
+            ("{\"partition_key\": \"k\"}\n", 1, "missing `data`"),
+            ("{\"data_base64\": \"***\"}\n", 1, "not base64"),
+            ("{\"data\": \"a\", \"arrival\": \"yesterday\"}\n", 1, "RFC 3339"),
+            ("{\"data\": \"a\", \"sequence_number\": \"abc\"}\n", 1, "not a sequence number"),
+            ("{\"data\": \"a\", \"sequence_number\": \"9\"}\n{\"data\": \"b\", \"sequence_number\": \"8\"}\n", 2, "shard order"),
+            ("{\"data\": \"a\", \"colour\": \"red\"}\n", 1, "unknown field"),
+        ];
+        for (input, line, words) in cases {
+            match read_records(input.as_bytes()) {
+                Err(InputError::Line { line: got, reason }) => {
+                    assert_eq!(got, line, "{input:?}");
+                    assert!(reason.contains(words), "{reason:?} should mention {words:?}");
+                }
+                other => panic!("{input:?}: expected a line error, got {other:?}"),
+            }
+        }
+    }
+}

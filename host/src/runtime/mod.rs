@@ -1,0 +1,137 @@
+//! The WebAssembly side of kcl-host: one wasmtime [`Engine`], processors
+//! loaded from components, and one sandboxed instance per shard.
+//!
+//! This module knows nothing of AWS, leases or shards beyond an id; it loads
+//! components and calls them, so it runs the same under `kcl-host run`,
+//! `kcl-host replay` and the benchmarks.
+//!
+//! Sandbox: every instance has its own [`wasmtime::Store`], a memory cap, a
+//! deadline per call (epoch interruption), and WASI with no filesystem,
+//! network, environment or arguments. Its stdout/stderr and `log` calls go to
+//! the host log tagged with the shard id.
+
+pub mod bindings;
+mod cache;
+mod checkpoint;
+mod guest_log;
+mod instance;
+mod processor;
+pub mod sequence;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+pub use checkpoint::{CheckpointFuture, CheckpointSink};
+pub use guest_log::GUEST_TARGET;
+pub use instance::{CallError, ShardInstance};
+pub use processor::{LoadError, Processor};
+
+/// How often the epoch advances; call deadlines are counted in these ticks.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Limits and settings shared by every instance of a [`Runtime`].
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Most linear memory one instance may grow to, in bytes.
+    pub memory_limit: usize,
+    /// Longest one guest call (initialize, a batch, shutdown) may run.
+    pub call_deadline: Duration,
+    /// Most instances alive at once (slots reserved by the pooling allocator).
+    pub max_instances: u32,
+    /// Where compiled components are cached; `None` compiles on every load.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            memory_limit: 256 << 20,
+            call_deadline: Duration::from_secs(30),
+            max_instances: 1000,
+            cache_dir: default_cache_dir(),
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/kcl-host` or `~/.cache/kcl-host`.
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("kcl-host"))
+}
+
+/// One wasmtime engine and its settings; cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    config: RuntimeConfig,
+    deadline_ticks: u64,
+}
+
+impl Runtime {
+    /// Builds the engine and starts the epoch ticker that enforces call deadlines.
+    pub fn new(config: RuntimeConfig) -> wasmtime::Result<Self> {
+        let engine = Engine::new(&engine_config(&config))?;
+        spawn_epoch_ticker(&engine);
+        let deadline_ticks = (config.call_deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+        Ok(Self { inner: Arc::new(Inner { engine, config, deadline_ticks }) })
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The settings this runtime was built with.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    fn deadline_ticks(&self) -> u64 {
+        self.inner.deadline_ticks
+    }
+}
+
+fn engine_config(config: &RuntimeConfig) -> Config {
+    let mut pool = PoolingAllocationConfig::default();
+    let instances = config.max_instances;
+    // A component holds a few core instances (its modules and adapter shims);
+    // Go components carry an adapter with a memory of its own.
+    pool.total_component_instances(instances)
+        .total_core_instances(instances.saturating_mul(8))
+        .total_memories(instances.saturating_mul(2))
+        .total_tables(instances.saturating_mul(4))
+        .max_memory_size(config.memory_limit)
+        .table_elements(100_000)
+        .max_memories_per_component(4)
+        .max_tables_per_component(8);
+
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    cfg
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
+fn spawn_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("kcl-host-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .expect("spawning the epoch thread");
+}

@@ -1,0 +1,187 @@
+//! Loading a processor component: checks that name what is wrong and how to
+//! fix it, compilation (cached), and a test instantiation so a component
+//! that does not fit the world fails at load, not on the first shard.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, HasSelf, Linker};
+
+use super::bindings::{self, ProcessorPre, RECORD_PROCESSOR_EXPORT};
+use super::instance::{NoCheckpoints, ShardState};
+use super::{cache, Runtime};
+
+/// Why a processor could not be loaded. Each message names the file, what is
+/// wrong with it, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read processor `{path}`: {source}; check the path")]
+    Read { path: PathBuf, source: std::io::Error },
+
+    #[error(
+        "`{path}` is not a WebAssembly file (it does not start with `\\0asm`); \
+         pass the .wasm component your processor build produced"
+    )]
+    NotWasm { path: PathBuf },
+
+    #[error(
+        "`{path}` is a core WebAssembly module, not a component; rebuild it for the \
+         wasm32-wasip2 target (`cargo build --target wasm32-wasip2`), or wrap it with \
+         `wasm-tools component new`"
+    )]
+    CoreModule { path: PathBuf },
+
+    #[error("`{path}` is not a valid WebAssembly component: {reason}; rebuild it")]
+    Invalid { path: PathBuf, reason: String },
+
+    #[error(
+        "`{path}` does not export `{RECORD_PROCESSOR_EXPORT}` (its exports: {exports}); \
+         implement a processor with the kcl-guest SDK (Rust) or the Go SDK"
+    )]
+    MissingExport { path: PathBuf, exports: String },
+
+    #[error(
+        "`{path}` does not fit the kcl:processor@0.1.0 world: {reason}; rebuild it \
+         against this kcl-host's WIT (wit/processor.wit)"
+    )]
+    WrongWorld { path: PathBuf, reason: String },
+}
+
+/// A loaded processor component, ready to instantiate once per shard.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Processor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: Runtime,
+    pre: ProcessorPre<ShardState>,
+    path: PathBuf,
+}
+
+impl Processor {
+    /// Loads, checks and compiles the component at `path`.
+    pub async fn load(runtime: &Runtime, path: &Path) -> Result<Self, LoadError> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|source| LoadError::Read { path: path.into(), source })?;
+        Self::from_bytes(runtime, path, &bytes).await
+    }
+
+    /// Like [`Processor::load`], with the component's bytes already read;
+    /// `path` is only used in messages.
+    pub async fn from_bytes(runtime: &Runtime, path: &Path, bytes: &[u8]) -> Result<Self, LoadError> {
+        let path = path.to_path_buf();
+        check_header(&path, bytes)?;
+        let component = {
+            let (engine, dir) = (runtime.engine().clone(), runtime.config().cache_dir.clone());
+            let bytes = bytes.to_vec();
+            // Compiling takes seconds for a large component: keep it off the async workers.
+            tokio::task::spawn_blocking(move || cache::compile(&engine, &bytes, dir.as_deref()))
+                .await
+                .expect("the compile task does not panic")
+                .map_err(|e| LoadError::Invalid { path: path.clone(), reason: format!("{e:#}") })?
+        };
+        check_exports(runtime, &path, &component)?;
+
+        let linker = linker(runtime).expect("the host's own imports link");
+        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld { path: path.clone(), reason: format!("{e:#}") };
+        let pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
+        let pre = ProcessorPre::new(pre).map_err(wrong_world)?;
+        let processor = Self { inner: Arc::new(Inner { runtime: runtime.clone(), pre, path: path.clone() }) };
+
+        // Export signatures are only checked when an instance is made.
+        if let Err(e) = processor.instantiate("load-check", Box::new(NoCheckpoints), None).await {
+            let reason = format!(
+                "{e}; its record-processor has {}, where kcl-host expects \
+                 initialize(shard), process-records(batch), shutdown(reason)",
+                describe_functions(runtime, &component)
+            );
+            return Err(LoadError::WrongWorld { path, reason });
+        }
+        Ok(processor)
+    }
+
+    /// The file this processor was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    pub(crate) fn pre(&self) -> &ProcessorPre<ShardState> {
+        &self.inner.pre
+    }
+}
+
+fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+    const MAGIC: &[u8] = b"\0asm";
+    const CORE_VERSION: &[u8] = &[1, 0, 0, 0];
+    if !bytes.starts_with(MAGIC) {
+        return Err(LoadError::NotWasm { path: path.into() });
+    }
+    if bytes.get(4..8) == Some(CORE_VERSION) {
+        return Err(LoadError::CoreModule { path: path.into() });
+    }
+    Ok(())
+}
+
+fn check_exports(runtime: &Runtime, path: &Path, component: &Component) -> Result<(), LoadError> {
+    let ty = component.component_type();
+    let mut exports = ty.exports(runtime.engine());
+    if exports.any(|(name, item)| name == RECORD_PROCESSOR_EXPORT && matches!(item.ty, ComponentItem::ComponentInstance(_))) {
+        return Ok(());
+    }
+    let names: Vec<_> = ty.exports(runtime.engine()).map(|(name, _)| format!("`{name}`")).collect();
+    Err(LoadError::MissingExport {
+        path: path.into(),
+        exports: if names.is_empty() { "none".into() } else { names.join(", ") },
+    })
+}
+
+/// The functions of the component's `record-processor` export, with their
+/// parameter names: `initialize(shard), ...`.
+fn describe_functions(runtime: &Runtime, component: &Component) -> String {
+    let ty = component.component_type();
+    let Some(ComponentItem::ComponentInstance(instance)) =
+        ty.get_export(runtime.engine(), RECORD_PROCESSOR_EXPORT).map(|e| e.ty)
+    else {
+        return "no functions".into();
+    };
+    let functions: Vec<String> = instance
+        .exports(runtime.engine())
+        .filter_map(|(name, export)| match export.ty {
+            ComponentItem::ComponentFunc(func) => {
+                let params: Vec<&str> = func.params().map(|(param, _)| param).collect();
+                Some(format!("{name}({})", params.join(", ")))
+            }
+            _ => None,
+        })
+        .collect();
+    functions.join(", ")
+}
+
+/// WASI (p2, sandboxed by each store's context) plus the `kcl:processor` imports.
+fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<ShardState>> {
+    let mut linker = Linker::new(runtime.engine());
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    bindings::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
+    Ok(linker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_checks_tell_module_from_component() {
+        let p = Path::new("x.wasm");
+        assert!(matches!(check_header(p, b"hello"), Err(LoadError::NotWasm { .. })));
+        assert!(matches!(check_header(p, b"\0asm\x01\0\0\0"), Err(LoadError::CoreModule { .. })));
+        assert!(check_header(p, b"\0asm\x0d\0\x01\0").is_ok());
+    }
+}

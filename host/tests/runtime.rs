@@ -1,0 +1,209 @@
+//! The component runtime against real guests: load errors, traps, limits,
+//! the sandbox, and checkpoints.
+
+mod support;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kcl_host::runtime::bindings::ShutdownReason;
+use kcl_host::runtime::sequence::Position;
+use kcl_host::runtime::{CallError, CheckpointFuture, CheckpointSink, LoadError, Processor, RuntimeConfig};
+use support::{batch, guest, load, runtime, shard, Logs};
+
+#[derive(Clone, Default)]
+struct Recorded(Arc<Mutex<Vec<String>>>);
+
+impl CheckpointSink for Recorded {
+    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+        self.0.lock().unwrap().push(position.to_string());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+async fn load_bytes(bytes: &[u8]) -> Result<Processor, LoadError> {
+    Processor::from_bytes(&runtime(RuntimeConfig::default()), Path::new("p.wasm"), bytes).await
+}
+
+fn message(result: Result<Processor, LoadError>) -> String {
+    match result {
+        Ok(_) => panic!("expected a load error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn a_missing_file_is_named() {
+    let err = Processor::load(&runtime(RuntimeConfig::default()), Path::new("/nowhere/p.wasm")).await;
+    let msg = message(err);
+    assert!(msg.contains("/nowhere/p.wasm") && msg.contains("check the path"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_wasm_is_refused() {
+    let msg = message(load_bytes(b"#!/bin/sh\necho hi\n").await);
+    assert!(msg.contains("p.wasm") && msg.contains("not a WebAssembly file"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_core_module_is_told_to_rebuild_for_wasip2() {
+    let module = wat::parse_str("(module (func (export \"f\")))").unwrap();
+    let msg = message(load_bytes(&module).await);
+    assert!(msg.contains("core WebAssembly module") && msg.contains("wasm32-wasip2"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_truncated_component_is_invalid() {
+    let bytes = std::fs::read(guest("noop")).unwrap();
+    let msg = message(load_bytes(&bytes[..bytes.len() / 2]).await);
+    assert!(msg.contains("not a valid WebAssembly component"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_component_without_the_export_lists_what_it_has() {
+    let component = wat::parse_str(
+        r#"(component
+             (core module $m (func (export "f")))
+             (core instance $i (instantiate $m))
+             (func $f (canon lift (core func $i "f")))
+             (export "run" (func $f)))"#,
+    )
+    .unwrap();
+    let msg = message(load_bytes(&component).await);
+    assert!(msg.contains("does not export `kcl:processor/record-processor@0.1.0`"), "{msg}");
+    assert!(msg.contains("`run`") && msg.contains("SDK"), "{msg}");
+}
+
+#[tokio::test]
+async fn wrong_signatures_fail_at_load_not_on_the_first_shard() {
+    // Every function takes no arguments: the names match, the types do not.
+    let component = wat::parse_str(
+        r#"(component
+             (core module $m (func (export "f")))
+             (core instance $i (instantiate $m))
+             (func $f (canon lift (core func $i "f")))
+             (instance $rp
+               (export "initialize" (func $f))
+               (export "process-records" (func $f))
+               (export "shutdown" (func $f)))
+             (export "kcl:processor/record-processor@0.1.0" (instance $rp)))"#,
+    )
+    .unwrap();
+    let msg = message(load_bytes(&component).await);
+    assert!(msg.contains("does not fit the kcl:processor@0.1.0 world"), "{msg}");
+    assert!(msg.contains("has initialize(), process-records(), shutdown()"), "shows what it has: {msg}");
+}
+
+#[tokio::test]
+async fn an_import_the_host_does_not_provide_is_named() {
+    let component = wat::parse_str(
+        r#"(component
+             (import "wasi:http/outgoing-handler@0.2.0" (instance (export "handle" (func))))
+             (core module $m (func (export "f")))
+             (core instance $i (instantiate $m))
+             (func $f (canon lift (core func $i "f")))
+             (instance $rp
+               (export "initialize" (func $f))
+               (export "process-records" (func $f))
+               (export "shutdown" (func $f)))
+             (export "kcl:processor/record-processor@0.1.0" (instance $rp)))"#,
+    )
+    .unwrap();
+    let msg = message(load_bytes(&component).await);
+    assert!(msg.contains("does not fit") && msg.contains("wasi:http/outgoing-handler"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_trap_stops_only_its_own_instance() {
+    let processor = load("faulty").await;
+    let mut bad = processor.instantiate("shard-a", Box::new(Recorded::default()), None).await.unwrap();
+    let mut good = processor.instantiate("shard-b", Box::new(Recorded::default()), None).await.unwrap();
+    bad.initialize(&shard("shard-a")).await.unwrap();
+    good.initialize(&shard("shard-b")).await.unwrap();
+
+    let err = bad.process_records(&batch(1, &["ok", "panic"])).await.unwrap_err();
+    assert!(matches!(&err, CallError::Trap(m) if m.contains("unreachable")), "{err:?}");
+    assert!(!err.instance_survives());
+    assert!(matches!(bad.process_records(&batch(3, &["ok"])).await, Err(CallError::Trap(_))));
+
+    good.process_records(&batch(1, &["ok"])).await.unwrap();
+    good.shutdown(ShutdownReason::ShardEnd).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_endless_loop_hits_the_deadline() {
+    let config = RuntimeConfig { call_deadline: Duration::from_millis(200), ..Default::default() };
+    let processor = Processor::load(&runtime(config), &guest("faulty")).await.unwrap();
+    let mut instance = processor.instantiate("s", Box::new(Recorded::default()), None).await.unwrap();
+    instance.initialize(&shard("s")).await.unwrap();
+    let err = instance.process_records(&batch(1, &["spin"])).await.unwrap_err();
+    assert_eq!(err, CallError::DeadlineExceeded(Duration::from_millis(200)));
+}
+
+#[tokio::test]
+async fn unbounded_allocation_hits_the_memory_cap() {
+    let config = RuntimeConfig { memory_limit: 32 << 20, ..Default::default() };
+    let processor = Processor::load(&runtime(config), &guest("faulty")).await.unwrap();
+    let mut instance = processor.instantiate("s", Box::new(Recorded::default()), None).await.unwrap();
+    instance.initialize(&shard("s")).await.unwrap();
+    let err = instance.process_records(&batch(1, &["hog"])).await.unwrap_err();
+    assert_eq!(err, CallError::MemoryLimit(32 << 20));
+}
+
+#[tokio::test]
+async fn guest_errors_are_typed_and_leave_the_instance_usable() {
+    let processor = load("faulty").await;
+    let mut instance = processor.instantiate("s", Box::new(Recorded::default()), None).await.unwrap();
+    instance.initialize(&shard("s")).await.unwrap();
+    let again = batch(1, &["retry"]);
+    let err = instance.process_records(&again).await.unwrap_err();
+    assert!(matches!(&err, CallError::Retryable(m) if m.contains("try 1 again")), "{err:?}");
+    assert!(err.instance_survives());
+    instance.process_records(&again).await.unwrap();
+    let err = instance.process_records(&batch(2, &["fatal"])).await.unwrap_err();
+    assert_eq!(err, CallError::Fatal("asked to fail".into()));
+}
+
+#[tokio::test]
+async fn the_sandbox_has_no_environment_and_no_files() {
+    let (logs, _guard) = Logs::capture();
+    let processor = load("faulty").await;
+    let mut instance = processor.instantiate("shard-7", Box::new(Recorded::default()), None).await.unwrap();
+    instance.initialize(&shard("shard-7")).await.unwrap();
+    instance.process_records(&batch(1, &["env", "file"])).await.unwrap();
+    let text = logs.text();
+    assert!(text.contains("env vars: 0"), "{text}");
+    assert!(text.contains("read /etc/hostname: Err("), "{text}");
+    assert!(text.contains("shard=\"shard-7\""), "guest lines carry the shard: {text}");
+}
+
+#[tokio::test]
+async fn checkpoints_must_name_delivered_records() {
+    let (logs, _guard) = Logs::capture();
+    let sink = Recorded::default();
+    let processor = load("faulty").await;
+    let mut instance = processor.instantiate("s", Box::new(sink.clone()), None).await.unwrap();
+    instance.initialize(&shard("s")).await.unwrap();
+    instance.process_records(&batch(10, &["a", "checkpoint:10", "checkpoint:99", "checkpoint:x"])).await.unwrap();
+    let text = logs.text();
+    assert!(text.contains("checkpoint 10: Ok(())"), "{text}");
+    assert!(text.contains("checkpoint 99: Err(InvalidSequenceNumber(\"99 has not been delivered yet"), "{text}");
+    assert!(text.contains("checkpoint x: Err(InvalidSequenceNumber(\"`x` is not a sequence number"), "{text}");
+    assert_eq!(*sink.0.lock().unwrap(), vec!["10"]);
+
+    instance.shutdown(ShutdownReason::LeaseLost).await.unwrap();
+}
+
+#[tokio::test]
+async fn stdout_reaches_the_log_tagged_with_the_shard() {
+    let (logs, _guard) = Logs::capture();
+    let processor = load("faulty").await;
+    let mut instance = processor.instantiate("shard-9", Box::new(Recorded::default()), None).await.unwrap();
+    instance.initialize(&shard("shard-9")).await.unwrap();
+    // A panic message goes to stderr before the trap.
+    let _ = instance.process_records(&batch(1, &["panic"])).await;
+    let text = logs.text();
+    let line = text.lines().find(|l| l.contains("asked to panic")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("WARN") && line.contains("shard=\"shard-9\""), "{line}");
+}

@@ -1,0 +1,87 @@
+//! Helpers shared by the host's integration tests.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kcl_host::runtime::bindings::{Batch, KinesisRecord, ShardInfo};
+use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
+
+/// A guest built by `scripts/build-guests.sh`.
+pub fn guest(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/build").join(format!("{name}.wasm"));
+    assert!(path.exists(), "{} is missing: run scripts/build-guests.sh first", path.display());
+    path
+}
+
+/// A runtime whose compile cache is shared by the tests (not the user's).
+pub fn runtime(config: RuntimeConfig) -> Runtime {
+    let cache_dir = Some(std::env::temp_dir().join("kcl-host-test-cache"));
+    Runtime::new(RuntimeConfig { cache_dir, max_instances: 16, ..config }).unwrap()
+}
+
+pub async fn load(name: &str) -> Processor {
+    Processor::load(&runtime(RuntimeConfig::default()), &guest(name)).await.unwrap()
+}
+
+pub fn shard(id: &str) -> ShardInfo {
+    ShardInfo {
+        stream_name: "test".into(),
+        shard_id: id.into(),
+        starting_checkpoint: "TRIM_HORIZON".into(),
+        starting_sub_sequence_number: None,
+    }
+}
+
+/// Records with the given payloads and sequence numbers `first`, `first + 1`, ...
+pub fn batch(first: u64, payloads: &[&str]) -> Batch {
+    Batch {
+        records: payloads
+            .iter()
+            .zip(first..)
+            .map(|(data, seq)| KinesisRecord {
+                data: data.as_bytes().to_vec(),
+                partition_key: "k".into(),
+                sequence_number: seq.to_string(),
+                sub_sequence_number: None,
+                approximate_arrival_timestamp_ms: 0,
+                explicit_hash_key: None,
+            })
+            .collect(),
+        millis_behind_latest: 0,
+    }
+}
+
+/// Log output captured from the current thread.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Captures every log event on this thread until the guard drops.
+    pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds every Rust guest (the examples and the test guests) as a
+# wasm32-wasip2 component and copies it to examples/build/<name>.wasm.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+# The wasm32-wasip2 standard library: rustup when it can download, else the
+# copy bundled for rustc 1.95.0 beside this project.
+sysroot=$(rustc --print sysroot)
+if [ ! -d "$sysroot/lib/rustlib/wasm32-wasip2/lib" ]; then
+  if [ -x ../shared/toolchain/install-wasm32-wasip2.sh ] || [ -f ../shared/toolchain/install-wasm32-wasip2.sh ]; then
+    bash ../shared/toolchain/install-wasm32-wasip2.sh
+  else
+    rustup target add wasm32-wasip2
+  fi
+fi
+
+guests=(noop counter json-aggregate)
+packages=()
+for g in "${guests[@]}"; do packages+=(-p "kcl-example-$g"); done
+packages+=(-p kcl-test-guest-faulty)
+cargo build --quiet --target wasm32-wasip2 --profile guest "${packages[@]}"
+
+target=${CARGO_TARGET_DIR:-$root/target}
+mkdir -p examples/build
+for g in "${guests[@]}"; do
+  cp "$target/wasm32-wasip2/guest/kcl_example_${g//-/_}.wasm" "examples/build/$g.wasm"
+done
+cp "$target/wasm32-wasip2/guest/kcl_test_guest_faulty.wasm" examples/build/faulty.wasm
+echo "guests built: $(cd examples/build && ls *.wasm | tr '\n' ' ')"
