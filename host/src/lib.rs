@@ -5,6 +5,7 @@
 //! - [`replay`]: a processor's lifecycle on records from a file.
 //! - [`cli`]: command-line parsing.
 
+pub mod aws;
 pub mod cli;
 pub mod replay;
 pub mod runtime;

@@ -1,0 +1,248 @@
+//! Kinesis and DynamoDB clients from the standard AWS configuration chain,
+//! and errors that say what went wrong in words an operator can act on.
+//!
+//! Region, profile, credentials and endpoints come from the usual places
+//! (`AWS_REGION`, `AWS_PROFILE`, `~/.aws/config`, `AWS_ENDPOINT_URL`,
+//! `AWS_ENDPOINT_URL_KINESIS`, `AWS_ENDPOINT_URL_DYNAMODB`, ...); flags
+//! override them. A region alone is enough against real AWS. Throttling
+//! (`ProvisionedThroughputExceededException`, `LimitExceededException`,
+//! DynamoDB throttling) is retried by the SDK's standard retry strategy with
+//! jittered exponential backoff.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, ConfigLoader, Region};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+
+/// Settings that override the standard chain.
+#[derive(Clone, Debug, Default)]
+pub struct AwsSettings {
+    pub region: Option<String>,
+    pub profile: Option<String>,
+    pub kinesis_endpoint: Option<String>,
+    pub dynamodb_endpoint: Option<String>,
+}
+
+/// The two clients a worker needs.
+#[derive(Clone, Debug)]
+pub struct AwsClients {
+    pub kinesis: aws_sdk_kinesis::Client,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+}
+
+/// An AWS call that failed, named for what the operator should fix.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsError {
+    #[error("no AWS region is configured; set AWS_REGION or pass --region")]
+    NoRegion,
+    #[error("Kinesis stream `{0}` does not exist in this account and region; check --stream and AWS_REGION")]
+    StreamNotFound(String),
+    #[error("DynamoDB table `{0}` does not exist")]
+    TableMissing(String),
+    #[error("access denied for {operation}: {message}; check the credentials and their IAM policy")]
+    AccessDenied { operation: &'static str, message: String },
+    #[error("cannot reach the {service} endpoint for {operation}: {message}; check the endpoint settings (AWS_ENDPOINT_URL_{service_upper}) and the network")]
+    Unreachable { service: &'static str, service_upper: &'static str, operation: &'static str, message: String },
+    #[error("{operation} was throttled and retries ran out: {message}")]
+    Throttled { operation: &'static str, message: String },
+    #[error("{operation} failed: {code}: {message}")]
+    Service { operation: &'static str, code: String, message: String },
+}
+
+impl AwsError {
+    /// Turns an SDK error into a typed one. `resource` names the stream or
+    /// table the call was about, for "not found".
+    pub fn from_sdk<E, R>(service: Service, operation: &'static str, resource: &str, error: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + StdError + 'static,
+        R: std::fmt::Debug,
+    {
+        let code = error.code().unwrap_or_default().to_owned();
+        let message = error.message().map(str::to_owned).unwrap_or_else(|| chain(&error));
+        match (&error, code.as_str()) {
+            (SdkError::DispatchFailure(_) | SdkError::TimeoutError(_), _) => {
+                let (service, service_upper) = service.names();
+                AwsError::Unreachable { service, service_upper, operation, message: chain(&error) }
+            }
+            (_, "ResourceNotFoundException") => match service {
+                Service::Kinesis => AwsError::StreamNotFound(resource.to_owned()),
+                Service::DynamoDb => AwsError::TableMissing(resource.to_owned()),
+            },
+            (_, "AccessDeniedException" | "UnrecognizedClientException" | "InvalidSignatureException" | "ExpiredTokenException") => {
+                AwsError::AccessDenied { operation, message }
+            }
+            (_, c) if c.contains("Throughput") || c.contains("Throttl") || c == "LimitExceededException" => {
+                AwsError::Throttled { operation, message }
+            }
+            _ => AwsError::Service { operation, code: if code.is_empty() { "error".into() } else { code }, message },
+        }
+    }
+}
+
+/// Which service a call went to, for messages.
+#[derive(Clone, Copy, Debug)]
+pub enum Service {
+    Kinesis,
+    DynamoDb,
+}
+
+impl Service {
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Service::Kinesis => ("Kinesis", "KINESIS"),
+            Service::DynamoDb => ("DynamoDB", "DYNAMODB"),
+        }
+    }
+}
+
+/// "outer: inner: innermost", so a dispatch failure shows its cause.
+fn chain(error: &dyn StdError) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+impl AwsClients {
+    /// Clients from the standard chain plus `settings`.
+    pub async fn from_env(settings: &AwsSettings) -> Result<Self, AwsError> {
+        Self::from_loader(aws_config::defaults(BehaviorVersion::latest()), settings).await
+    }
+
+    /// Clients from a given loader (tests pass one with a fake environment).
+    pub async fn from_loader(mut loader: ConfigLoader, settings: &AwsSettings) -> Result<Self, AwsError> {
+        if let Some(region) = &settings.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some(profile) = &settings.profile {
+            loader = loader.profile_name(profile);
+        }
+        let config = loader
+            .retry_config(RetryConfig::standard().with_max_attempts(6).with_initial_backoff(Duration::from_millis(100)))
+            .timeout_config(TimeoutConfig::builder().connect_timeout(Duration::from_secs(3)).build())
+            .load()
+            .await;
+        if config.region().is_none() {
+            return Err(AwsError::NoRegion);
+        }
+        let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config);
+        if let Some(url) = &settings.kinesis_endpoint {
+            kinesis = kinesis.endpoint_url(url);
+        }
+        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&config);
+        if let Some(url) = &settings.dynamodb_endpoint {
+            dynamodb = dynamodb.endpoint_url(url);
+        }
+        Ok(Self {
+            kinesis: aws_sdk_kinesis::Client::from_conf(kinesis.build()),
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb.build()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_kinesis::config::interceptors::BeforeTransmitInterceptorContextRef;
+    use aws_sdk_kinesis::config::{ConfigBag, Intercept, RuntimeComponents};
+    use aws_types::os_shim_internal::Env;
+    use std::sync::{Arc, Mutex};
+
+    /// Records the URL a request would go to, then stops it before it is sent.
+    #[derive(Debug, Clone, Default)]
+    struct CaptureUrl(Arc<Mutex<Option<String>>>);
+
+    impl Intercept for CaptureUrl {
+        fn name(&self) -> &'static str {
+            "CaptureUrl"
+        }
+
+        fn read_before_transmit(
+            &self,
+            context: &BeforeTransmitInterceptorContextRef<'_>,
+            _: &RuntimeComponents,
+            _: &mut ConfigBag,
+        ) -> Result<(), aws_sdk_kinesis::error::BoxError> {
+            *self.0.lock().unwrap() = Some(context.request().uri().to_string());
+            Err("stopped before sending".into())
+        }
+    }
+
+    async fn clients(env: &[(&str, &str)], settings: AwsSettings) -> Result<AwsClients, AwsError> {
+        let loader = aws_config::defaults(BehaviorVersion::latest())
+            .env(Env::from_slice(env))
+            .test_credentials();
+        AwsClients::from_loader(loader, &settings).await
+    }
+
+    async fn kinesis_url(clients: &AwsClients) -> String {
+        let capture = CaptureUrl::default();
+        let config = clients.kinesis.config().to_builder().interceptor(capture.clone()).build();
+        let _ = aws_sdk_kinesis::Client::from_conf(config).list_shards().stream_name("s").send().await;
+        capture.0.lock().unwrap().clone().expect("request reached the transmit stage")
+    }
+
+    async fn dynamodb_url(clients: &AwsClients) -> String {
+        let capture = CaptureUrl::default();
+        let config = clients.dynamodb.config().to_builder().interceptor(capture.clone()).build();
+        let _ = aws_sdk_dynamodb::Client::from_conf(config).list_tables().send().await;
+        capture.0.lock().unwrap().clone().expect("request reached the transmit stage")
+    }
+
+    #[tokio::test]
+    async fn a_region_alone_resolves_the_public_endpoints() {
+        let c = clients(&[("AWS_REGION", "us-east-2")], AwsSettings::default()).await.unwrap();
+        assert_eq!(kinesis_url(&c).await, "https://kinesis.us-east-2.amazonaws.com/");
+        assert_eq!(dynamodb_url(&c).await, "https://dynamodb.us-east-2.amazonaws.com/");
+    }
+
+    #[tokio::test]
+    async fn service_endpoint_variables_win_over_the_shared_one() {
+        let env = [
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:4000"),
+            ("AWS_ENDPOINT_URL_KINESIS", "http://127.0.0.1:4567"),
+        ];
+        let c = clients(&env, AwsSettings::default()).await.unwrap();
+        assert_eq!(kinesis_url(&c).await, "http://127.0.0.1:4567/");
+        assert_eq!(dynamodb_url(&c).await, "http://127.0.0.1:4000/");
+    }
+
+    #[tokio::test]
+    async fn flags_override_the_environment() {
+        let env = [("AWS_REGION", "eu-west-1"), ("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:4000")];
+        let settings = AwsSettings {
+            region: Some("ap-south-1".into()),
+            dynamodb_endpoint: Some("http://127.0.0.1:9000".into()),
+            ..Default::default()
+        };
+        let c = clients(&env, settings).await.unwrap();
+        assert_eq!(kinesis_url(&c).await, "https://kinesis.ap-south-1.amazonaws.com/");
+        assert_eq!(dynamodb_url(&c).await, "http://127.0.0.1:9000/");
+    }
+
+    #[tokio::test]
+    async fn no_region_is_a_clear_error() {
+        let err = clients(&[], AwsSettings::default()).await.unwrap_err();
+        assert!(err.to_string().contains("set AWS_REGION or pass --region"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_endpoint_is_named() {
+        // Port 9 (discard) is closed on loopback: the connection is refused at once.
+        let env = [("AWS_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_KINESIS", "http://127.0.0.1:9")];
+        let c = clients(&env, AwsSettings::default()).await.unwrap();
+        let config = c.kinesis.config().to_builder().retry_config(RetryConfig::disabled()).build();
+        let err = aws_sdk_kinesis::Client::from_conf(config).list_shards().stream_name("s").send().await.unwrap_err();
+        let err = AwsError::from_sdk(Service::Kinesis, "ListShards", "s", err);
+        assert!(matches!(err, AwsError::Unreachable { .. }), "{err}");
+        assert!(err.to_string().contains("AWS_ENDPOINT_URL_KINESIS"), "{err}");
+    }
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Local Kinesis (npm kinesis-local) and DynamoDB (npm dynalite) servers on
+# 127.0.0.1, for the tests and the demo. No AWS account needed.
+#
+#   scripts/servers.sh start   install if needed, start both, wait until each
+#                              answers an API call, write .servers/env
+#   scripts/servers.sh stop    stop what `start` started (by PID)
+#   scripts/servers.sh env     print the variables that point clients at them
+#
+# Ports: free ones are picked unless KINESIS_PORT / DYNAMODB_PORT are set;
+# a port that is taken is named and nothing is left running.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+pkg="$root/tools/servers"
+state="$root/.servers"
+
+die() { echo "servers: $*" >&2; exit 1; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+port_taken() {
+  python3 - "$1" <<'PY'
+import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(0)
+sys.exit(1)
+PY
+}
+
+install() {
+  if [ ! -d "$pkg/node_modules/kinesis-local" ] || [ ! -d "$pkg/node_modules/dynalite" ]; then
+    command -v npm >/dev/null || die "npm is not installed; install Node.js (20 or newer) and npm"
+    (cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error) || die "npm could not install kinesis-local and dynalite (see above)"
+  fi
+}
+
+# A signed-looking request: both servers accept any credentials.
+api_call() { # url target content-type
+  curl -sf -m 2 -X POST "$1" -H "X-Amz-Target: $2" -H "Content-Type: $3" \
+    -H "X-Amz-Date: 20260101T000000Z" \
+    -H "Authorization: AWS4-HMAC-SHA256 Credential=AKIDLOCAL/20260101/us-east-1/x/aws4_request, SignedHeaders=host;x-amz-date, Signature=00" \
+    -d '{}' >/dev/null 2>&1
+}
+
+wait_ready() { # name pid url target content-type
+  for _ in $(seq 1 300); do
+    kill -0 "$2" 2>/dev/null || { tail -20 "$state/$1.log" >&2; return 1; }
+    api_call "$3" "$4" "$5" && return 0
+    sleep 0.1
+  done
+  echo "servers: $1 did not answer at $3 within 30 s" >&2
+  return 1
+}
+
+stop() {
+  for name in kinesis dynamodb; do
+    if [ -f "$state/$name.pid" ]; then
+      kill -9 "$(cat "$state/$name.pid")" 2>/dev/null || true
+      rm -f "$state/$name.pid"
+    fi
+  done
+  rm -f "$state/env"
+}
+
+start() {
+  install
+  mkdir -p "$state"
+  stop
+  local kport=${KINESIS_PORT:-$(free_port)} dport=${DYNAMODB_PORT:-$(free_port)} tport
+  tport=$(free_port)
+  port_taken "$kport" && die "port $kport for Kinesis is taken; set KINESIS_PORT to a free port"
+  port_taken "$dport" && die "port $dport for DynamoDB is taken; set DYNAMODB_PORT to a free port"
+
+  # kinesis-local crashes without a certificate path, even on its plain port.
+  KINESIS_MOCK_PLAIN_PORT=$kport KINESIS_MOCK_TLS_PORT=$tport \
+  KINESIS_MOCK_CERT_PATH="$pkg/node_modules/kinesis-local/server.json" \
+  CREATE_STREAM_DURATION=10ms DELETE_STREAM_DURATION=10ms SPLIT_SHARD_DURATION=10ms \
+  MERGE_SHARDS_DURATION=10ms UPDATE_SHARD_COUNT_DURATION=10ms LOG_LEVEL=WARN \
+    setsid node "$pkg/node_modules/kinesis-local/main.js" >"$state/kinesis.log" 2>&1 &
+  echo $! >"$state/kinesis.pid"
+  setsid node "$pkg/node_modules/dynalite/cli.js" --host 127.0.0.1 --port "$dport" \
+    --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 >"$state/dynamodb.log" 2>&1 &
+  echo $! >"$state/dynamodb.pid"
+
+  if ! wait_ready kinesis "$(cat "$state/kinesis.pid")" "http://127.0.0.1:$kport/" \
+        Kinesis_20131202.ListStreams application/x-amz-json-1.1; then
+    stop; die "kinesis-local did not start on port $kport (log above)"
+  fi
+  if ! wait_ready dynamodb "$(cat "$state/dynamodb.pid")" "http://127.0.0.1:$dport/" \
+        DynamoDB_20120810.ListTables application/x-amz-json-1.0; then
+    stop; die "dynalite did not start on port $dport (log above)"
+  fi
+  cat >"$state/env" <<ENV
+export AWS_ENDPOINT_URL_KINESIS=http://127.0.0.1:$kport
+export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$dport
+export AWS_REGION=us-east-1
+export AWS_ACCESS_KEY_ID=AKIDLOCAL
+export AWS_SECRET_ACCESS_KEY=local
+ENV
+  echo "servers: Kinesis on 127.0.0.1:$kport, DynamoDB on 127.0.0.1:$dport (variables in .servers/env)" >&2
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  env) cat "$state/env" ;;
+  *) die "usage: scripts/servers.sh start|stop|env" ;;
+esac
