@@ -7,5 +7,6 @@
 
 pub mod aws;
 pub mod cli;
+pub mod lease;
 pub mod replay;
 pub mod runtime;

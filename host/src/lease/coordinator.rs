@@ -1,0 +1,252 @@
+//! Applies the lease rules through a [`LeaseStore`]: take passes, renewals,
+//! eviction, and the fenced checkpoint writes of the leases this worker holds.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Instant;
+
+use tokio::sync::{watch, Mutex};
+
+use super::rules::{self, ExpiryTracker, TakeSettings};
+use super::{Checkpoint, Lease, LeaseError, LeaseStore};
+
+/// Why a checkpoint write did not happen.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CheckpointFailure {
+    #[error("the lease is no longer held by this worker")]
+    LeaseLost,
+    #[error("the lease table could not be written: {0}")]
+    Unavailable(String),
+}
+
+/// A lease this worker holds, shared by the coordinator (which renews it)
+/// and the shard's consumer (which checkpoints through it). Writes are
+/// serialized so each one is conditional on the counter the last one left.
+pub struct HeldLease<S> {
+    key: String,
+    store: Arc<S>,
+    lease: Mutex<Lease>,
+    /// After this instant another worker may consider the lease expired:
+    /// the last successful write's send time plus the failover time.
+    valid_until: StdMutex<Instant>,
+    lost: watch::Sender<bool>,
+    settings: TakeSettings,
+}
+
+impl<S: LeaseStore> HeldLease<S> {
+    fn new(store: Arc<S>, lease: Lease, sent: Instant, settings: TakeSettings) -> Self {
+        Self {
+            key: lease.key.clone(),
+            store,
+            valid_until: StdMutex::new(sent + settings.failover_time),
+            lease: Mutex::new(lease),
+            lost: watch::channel(false).0,
+            settings,
+        }
+    }
+
+    /// The shard id.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The lease as last written by this worker.
+    pub async fn snapshot(&self) -> Lease {
+        self.lease.lock().await.clone()
+    }
+
+    /// Whether records may still be delivered: not lost, and renewed recently
+    /// enough that no other worker can have taken it.
+    pub fn is_valid(&self) -> bool {
+        !*self.lost.borrow() && Instant::now() < *self.valid_until.lock().expect("not poisoned")
+    }
+
+    /// Resolves once the lease is lost.
+    pub fn lost(&self) -> watch::Receiver<bool> {
+        self.lost.subscribe()
+    }
+
+    fn mark_lost(&self) {
+        self.lost.send_replace(true);
+    }
+
+    /// Writes a checkpoint, fenced by owner and counter.
+    pub async fn checkpoint(&self, checkpoint: Checkpoint, children: &BTreeSet<String>) -> Result<(), CheckpointFailure> {
+        let mut lease = self.lease.lock().await;
+        if !self.is_valid() {
+            return Err(CheckpointFailure::LeaseLost);
+        }
+        let sent = Instant::now();
+        match self.store.checkpoint(&lease, &checkpoint, children).await {
+            Ok(Some(updated)) => {
+                *lease = updated;
+                *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
+                Ok(())
+            }
+            Ok(None) => {
+                self.mark_lost();
+                Err(CheckpointFailure::LeaseLost)
+            }
+            Err(e) => Err(CheckpointFailure::Unavailable(e.to_string())),
+        }
+    }
+
+    /// Bumps the counter. `false` when the lease is lost (taken by another
+    /// worker, or not renewed within the failover time).
+    async fn renew(&self) -> bool {
+        let mut lease = self.lease.lock().await;
+        if *self.lost.borrow() {
+            return false;
+        }
+        let sent = Instant::now();
+        match self.store.renew(&lease).await {
+            Ok(Some(updated)) => {
+                *lease = updated;
+                *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(shard = %self.key, "could not renew the lease: {e}");
+                self.is_valid()
+            }
+        }
+    }
+}
+
+/// Takes, renews and releases this worker's leases.
+pub struct Coordinator<S> {
+    store: Arc<S>,
+    worker_id: String,
+    settings: TakeSettings,
+    tracker: ExpiryTracker,
+    held: HashMap<String, Arc<HeldLease<S>>>,
+    rng: fastrand::Rng,
+}
+
+/// How many times one pass re-reads the table after losing a race for a lease.
+const TAKE_ROUNDS: usize = 3;
+
+impl<S: LeaseStore> Coordinator<S> {
+    pub fn new(store: Arc<S>, worker_id: impl Into<String>, settings: TakeSettings) -> Self {
+        Self {
+            store,
+            worker_id: worker_id.into(),
+            settings,
+            tracker: ExpiryTracker::default(),
+            held: HashMap::new(),
+            rng: fastrand::Rng::new(),
+        }
+    }
+
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// The leases held now.
+    pub fn held(&self) -> impl Iterator<Item = &Arc<HeldLease<S>>> {
+        self.held.values()
+    }
+
+    /// One take pass: reads the table and takes every lease the rules give
+    /// this worker, re-reading when another worker won a race. Returns the
+    /// leases newly taken.
+    pub async fn take_pass(&mut self) -> Result<Vec<Arc<HeldLease<S>>>, LeaseError> {
+        let mut taken = Vec::new();
+        for _ in 0..TAKE_ROUNDS {
+            let leases = self.store.list().await?;
+            let now = Instant::now();
+            self.tracker.observe(&leases, now);
+            let held: HashSet<String> = self.held.keys().cloned().collect();
+            let plan = rules::plan_take(&leases, &self.worker_id, &held, &self.tracker, now, &self.settings, &mut self.rng);
+            let mut lost_race = false;
+            for (lease, stealing) in plan.take.iter().map(|l| (l, false)).chain(plan.steal.iter().map(|l| (l, true))) {
+                let sent = Instant::now();
+                match self.store.take(lease, &self.worker_id).await? {
+                    Some(updated) => {
+                        if stealing {
+                            tracing::info!(shard = %lease.key, from = ?lease.owner, "stole a lease to balance the load");
+                        }
+                        let held = Arc::new(HeldLease::new(self.store.clone(), updated, sent, self.settings.clone()));
+                        self.held.insert(lease.key.clone(), held.clone());
+                        taken.push(held);
+                    }
+                    None => lost_race = true,
+                }
+            }
+            if !lost_race {
+                break;
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Renews every held lease; returns (and forgets) the ones lost.
+    pub async fn renew_all(&mut self) -> Vec<Arc<HeldLease<S>>> {
+        let mut lost = Vec::new();
+        for held in self.held.values() {
+            if !held.renew().await {
+                held.mark_lost();
+                lost.push(held.clone());
+            }
+        }
+        for held in &lost {
+            self.held.remove(held.key());
+        }
+        lost
+    }
+
+    /// Stops tracking a lease whose shard was processed to its end.
+    pub fn finished(&mut self, key: &str) {
+        self.held.remove(key);
+    }
+
+    /// Gives one lease back (owner cleared) so other workers take it in their next pass.
+    pub async fn evict(&mut self, key: &str) -> Result<(), LeaseError> {
+        if let Some(held) = self.held.remove(key) {
+            held.mark_lost();
+            let lease = held.lease.lock().await;
+            self.store.evict(&lease).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::memory::MemoryStore;
+    use crate::lease::Checkpoint;
+
+    #[tokio::test]
+    async fn checkpoints_are_fenced_once_another_worker_takes_the_lease() {
+        let store = Arc::new(MemoryStore::default());
+        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let held = a.take_pass().await.unwrap().pop().unwrap();
+        let position = crate::runtime::sequence::Position::new("5", None).unwrap();
+        held.checkpoint(Checkpoint::At(position.clone()), &BTreeSet::new()).await.unwrap();
+
+        // Another worker takes it (as a steal or after expiry would).
+        let current = store.get("s0").unwrap();
+        store.take(&current, "b").await.unwrap().unwrap();
+
+        let err = held.checkpoint(Checkpoint::ShardEnd, &BTreeSet::new()).await.unwrap_err();
+        assert_eq!(err, CheckpointFailure::LeaseLost);
+        assert!(!held.is_valid());
+        assert_eq!(store.get("s0").unwrap().checkpoint, Checkpoint::At(position));
+        assert_eq!(a.renew_all().await.len(), 1, "the renewal notices too");
+    }
+
+    #[tokio::test]
+    async fn eviction_lets_another_worker_take_the_lease_at_once() {
+        let store = Arc::new(MemoryStore::default());
+        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let held = a.take_pass().await.unwrap().pop().unwrap();
+        a.evict("s0").await.unwrap();
+        assert!(!held.is_valid());
+        let mut b = Coordinator::new(store.clone(), "b", TakeSettings::default());
+        assert_eq!(b.take_pass().await.unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,344 @@
+//! The lease table in DynamoDB, in the Java KCL 2.x format so tables made by
+//! Java KCL (and the tools around it) keep working:
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `leaseKey` | S (hash key) | shard id |
+//! | `leaseOwner` | S | worker id; absent when unowned |
+//! | `leaseCounter` | N | bumped by every write; the fencing token |
+//! | `checkpoint` | S | sequence number, or `TRIM_HORIZON` / `LATEST` / `AT_TIMESTAMP` / `SHARD_END` |
+//! | `checkpointSubSequenceNumber` | N | position inside a KPL record; 0 otherwise |
+//! | `ownerSwitchesSinceCheckpoint` | N | |
+//! | `parentShardId` | SS | parent and adjacent parent |
+//! | `childShardIds` | SS | written with `SHARD_END` |
+//! | `startingHashKey`, `endingHashKey` | S | the shard's hash range |
+//!
+//! Rows are only ever changed with `UpdateItem` on named attributes, so
+//! attributes this code does not know survive every write.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
+    ScalarAttributeType,
+};
+use aws_sdk_dynamodb::client::Waiters;
+use aws_sdk_dynamodb::Client;
+
+use super::{Checkpoint, Lease, LeaseError, LeaseStore};
+use crate::aws::{AwsError, Service};
+
+type Item = HashMap<String, AttributeValue>;
+
+/// A lease table in DynamoDB.
+#[derive(Clone, Debug)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self { client, table: table.into() }
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        AwsError::from_sdk(Service::DynamoDb, operation, &self.table, error).into()
+    }
+
+    /// An `UpdateItem` on `lease`'s row that bumps the counter, conditional on
+    /// the counter as read (and the owner, when `owner_must_match`).
+    fn conditional_update(&self, lease: &Lease, owner_must_match: bool) -> UpdateItemFluentBuilder {
+        let mut condition = "leaseCounter = :counter".to_owned();
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(lease.key.clone()))
+            .expression_attribute_values(":counter", number(lease.counter))
+            .expression_attribute_values(":next", number(lease.counter + 1))
+            .return_values(ReturnValue::AllNew);
+        if owner_must_match {
+            match &lease.owner {
+                Some(owner) => {
+                    condition.push_str(" AND leaseOwner = :owner");
+                    update = update.expression_attribute_values(":owner", AttributeValue::S(owner.clone()));
+                }
+                None => condition.push_str(" AND attribute_not_exists(leaseOwner)"),
+            }
+        }
+        update.condition_expression(condition)
+    }
+
+    /// Sends a conditional update: the new lease, or `None` if the condition failed.
+    async fn send_update(&self, operation: &'static str, update: UpdateItemFluentBuilder) -> Result<Option<Lease>, LeaseError> {
+        match update.send().await {
+            Ok(output) => {
+                let item = output.attributes.unwrap_or_default();
+                parse(&item).map(Some).map_err(|reason| {
+                    AwsError::Service { operation, code: "MalformedLease".into(), message: reason }.into()
+                })
+            }
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(None),
+            Err(e) => Err(self.error(operation, e)),
+        }
+    }
+}
+
+fn number(n: u64) -> AttributeValue {
+    AttributeValue::N(n.to_string())
+}
+
+/// Reads one row; the error names what is wrong with it.
+pub fn parse(item: &Item) -> Result<Lease, String> {
+    let string = |name: &str| match item.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::S(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(format!("`{name}` should be a string, found {other:?}")),
+    };
+    let number = |name: &str| match item.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::N(n)) => n.parse::<u64>().map(Some).map_err(|_| format!("`{name}` is not a whole number: {n}")),
+        Some(other) => Err(format!("`{name}` should be a number, found {other:?}")),
+    };
+    let set = |name: &str| match item.get(name) {
+        None => Ok(BTreeSet::new()),
+        Some(AttributeValue::Ss(values)) => Ok(values.iter().cloned().collect()),
+        Some(AttributeValue::S(value)) => Ok(BTreeSet::from([value.clone()])),
+        Some(other) => Err(format!("`{name}` should be a string set, found {other:?}")),
+    };
+    let key = string("leaseKey")?.ok_or("no `leaseKey`")?;
+    let checkpoint_text = string("checkpoint")?.ok_or("no `checkpoint`")?;
+    let sub = number("checkpointSubSequenceNumber")?.unwrap_or(0);
+    let checkpoint = Checkpoint::parse(&checkpoint_text, sub)
+        .ok_or_else(|| format!("`checkpoint` is neither a sequence number nor a known position: {checkpoint_text}"))?;
+    Ok(Lease {
+        key,
+        owner: string("leaseOwner")?,
+        counter: number("leaseCounter")?.ok_or("no `leaseCounter`")?,
+        checkpoint,
+        owner_switches_since_checkpoint: number("ownerSwitchesSinceCheckpoint")?.unwrap_or(0),
+        parents: set("parentShardId")?,
+        children: set("childShardIds")?,
+        starting_hash_key: string("startingHashKey")?,
+        ending_hash_key: string("endingHashKey")?,
+    })
+}
+
+/// The row for a new lease.
+fn to_item(lease: &Lease) -> Item {
+    let mut item = Item::from([
+        ("leaseKey".into(), AttributeValue::S(lease.key.clone())),
+        ("leaseCounter".into(), number(lease.counter)),
+        ("checkpoint".into(), AttributeValue::S(lease.checkpoint.as_column().to_owned())),
+        ("checkpointSubSequenceNumber".into(), number(lease.checkpoint.sub_sequence_column())),
+        ("ownerSwitchesSinceCheckpoint".into(), number(lease.owner_switches_since_checkpoint)),
+    ]);
+    if let Some(owner) = &lease.owner {
+        item.insert("leaseOwner".into(), AttributeValue::S(owner.clone()));
+    }
+    // DynamoDB refuses empty sets: an absent attribute means "none".
+    if !lease.parents.is_empty() {
+        item.insert("parentShardId".into(), AttributeValue::Ss(lease.parents.iter().cloned().collect()));
+    }
+    if !lease.children.is_empty() {
+        item.insert("childShardIds".into(), AttributeValue::Ss(lease.children.iter().cloned().collect()));
+    }
+    if let Some(key) = &lease.starting_hash_key {
+        item.insert("startingHashKey".into(), AttributeValue::S(key.clone()));
+    }
+    if let Some(key) = &lease.ending_hash_key {
+        item.insert("endingHashKey".into(), AttributeValue::S(key.clone()));
+    }
+    item
+}
+
+impl LeaseStore for DynamoStore {
+    async fn ensure_table(&self) -> Result<(), LeaseError> {
+        let created = self
+            .client
+            .create_table()
+            .table_name(&self.table)
+            .key_schema(KeySchemaElement::builder().attribute_name("leaseKey").key_type(KeyType::Hash).build().expect("complete"))
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("leaseKey")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .expect("complete"),
+            )
+            .billing_mode(BillingMode::PayPerRequest)
+            .send()
+            .await;
+        match created {
+            Ok(_) => tracing::info!(table = %self.table, "created the lease table"),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
+            Err(e) => return Err(self.error("CreateTable", e)),
+        }
+        self.client
+            .wait_until_table_exists()
+            .table_name(&self.table)
+            .wait(Duration::from_secs(120))
+            .await
+            .map_err(|e| {
+                LeaseError::Aws(AwsError::Service {
+                    operation: "DescribeTable",
+                    code: "TableNotActive".into(),
+                    message: format!("the lease table `{}` did not become active: {e}", self.table),
+                })
+            })?;
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<Lease>, LeaseError> {
+        let mut leases = Vec::new();
+        let mut pages = self.client.scan().table_name(&self.table).consistent_read(true).into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| self.error("Scan", e))?;
+            for item in page.items() {
+                match parse(item) {
+                    Ok(lease) => leases.push(lease),
+                    Err(reason) => {
+                        let key = item.get("leaseKey").map_or_else(|| "(no leaseKey)".to_owned(), |k| format!("{k:?}"));
+                        tracing::warn!(table = %self.table, key, "skipping a lease row that cannot be read (left as it is): {reason}");
+                    }
+                }
+            }
+        }
+        Ok(leases)
+    }
+
+    async fn create(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(lease)))
+            .condition_expression("attribute_not_exists(leaseKey)")
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
+            Err(e) => Err(self.error("PutItem", e)),
+        }
+    }
+
+    async fn take(&self, lease: &Lease, owner: &str) -> Result<Option<Lease>, LeaseError> {
+        let switches = if lease.is_owned_by(owner) { 0 } else { 1 };
+        let update = self
+            .conditional_update(lease, false)
+            .update_expression(
+                "SET leaseOwner = :me, leaseCounter = :next, \
+                 ownerSwitchesSinceCheckpoint = if_not_exists(ownerSwitchesSinceCheckpoint, :zero) + :switches",
+            )
+            .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
+            .expression_attribute_values(":zero", number(0))
+            .expression_attribute_values(":switches", number(switches));
+        self.send_update("UpdateItem (take lease)", update).await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Option<Lease>, LeaseError> {
+        let update = self.conditional_update(lease, true).update_expression("SET leaseCounter = :next");
+        self.send_update("UpdateItem (renew lease)", update).await
+    }
+
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>) -> Result<Option<Lease>, LeaseError> {
+        let mut expression = "SET leaseCounter = :next, checkpoint = :checkpoint, \
+             checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero"
+            .to_owned();
+        let mut update = self
+            .conditional_update(lease, true)
+            .expression_attribute_values(":checkpoint", AttributeValue::S(checkpoint.as_column().to_owned()))
+            .expression_attribute_values(":sub", number(checkpoint.sub_sequence_column()))
+            .expression_attribute_values(":zero", number(0));
+        if !children.is_empty() {
+            expression.push_str(", childShardIds = :children");
+            update = update.expression_attribute_values(":children", AttributeValue::Ss(children.iter().cloned().collect()));
+        }
+        self.send_update("UpdateItem (checkpoint)", update.update_expression(expression)).await
+    }
+
+    async fn evict(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let update = self.conditional_update(lease, true).update_expression("SET leaseCounter = :next REMOVE leaseOwner");
+        Ok(self.send_update("UpdateItem (evict lease)", update).await?.is_some())
+    }
+
+    async fn delete_finished(&self, key: &str) -> Result<bool, LeaseError> {
+        let deleted = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(key.to_owned()))
+            .condition_expression("checkpoint = :end")
+            .expression_attribute_values(":end", AttributeValue::S(Checkpoint::SHARD_END.into()))
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
+            Err(e) => Err(self.error("DeleteItem", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::sequence::Position;
+
+    #[test]
+    fn a_java_kcl_row_round_trips() {
+        let item = Item::from([
+            ("leaseKey".into(), AttributeValue::S("shardId-000000000002".into())),
+            ("leaseOwner".into(), AttributeValue::S("host-a:1234".into())),
+            ("leaseCounter".into(), AttributeValue::N("41".into())),
+            ("checkpoint".into(), AttributeValue::S("49590338271490256608559692538361571095921575989136588898".into())),
+            ("checkpointSubSequenceNumber".into(), AttributeValue::N("0".into())),
+            ("ownerSwitchesSinceCheckpoint".into(), AttributeValue::N("2".into())),
+            ("parentShardId".into(), AttributeValue::Ss(vec!["shardId-000000000000".into()])),
+            ("startingHashKey".into(), AttributeValue::S("0".into())),
+            ("endingHashKey".into(), AttributeValue::S("170141183460469231731687303715884105727".into())),
+        ]);
+        let lease = parse(&item).unwrap();
+        assert_eq!(lease.owner.as_deref(), Some("host-a:1234"));
+        assert_eq!(lease.counter, 41);
+        assert_eq!(
+            lease.checkpoint,
+            Checkpoint::At(Position::new("49590338271490256608559692538361571095921575989136588898", None).unwrap())
+        );
+        assert_eq!(lease.parents, BTreeSet::from(["shardId-000000000000".to_owned()]));
+        assert_eq!(to_item(&lease), item);
+    }
+
+    #[test]
+    fn malformed_rows_say_what_is_wrong() {
+        let base = || Item::from([
+            ("leaseKey".into(), AttributeValue::S("s".into())),
+            ("leaseCounter".into(), AttributeValue::N("1".into())),
+            ("checkpoint".into(), AttributeValue::S("TRIM_HORIZON".into())),
+        ]);
+        assert!(parse(&base()).is_ok());
+        let mut item = base();
+        item.insert("leaseCounter".into(), AttributeValue::S("one".into()));
+        assert!(parse(&item).unwrap_err().contains("`leaseCounter` should be a number"));
+        let mut item = base();
+        item.insert("checkpoint".into(), AttributeValue::S("SOMEWHERE".into()));
+        assert!(parse(&item).unwrap_err().contains("`checkpoint` is neither"));
+        let mut item = base();
+        item.remove("leaseKey");
+        assert_eq!(parse(&item).unwrap_err(), "no `leaseKey`");
+    }
+}

@@ -1,0 +1,86 @@
+//! An in-memory [`LeaseStore`] with the same conditional semantics as the
+//! DynamoDB one, for fast rule tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use super::{Checkpoint, Lease, LeaseError, LeaseStore};
+
+#[derive(Clone, Default)]
+pub(crate) struct MemoryStore {
+    rows: Arc<Mutex<BTreeMap<String, Lease>>>,
+}
+
+impl MemoryStore {
+    /// Applies `change` to the stored row if it still has `expected`'s counter
+    /// (and owner), returning the new row.
+    fn update(&self, expected: &Lease, owner_must_match: bool, change: impl FnOnce(&mut Lease)) -> Option<Lease> {
+        let mut rows = self.rows.lock().unwrap();
+        let row = rows.get_mut(&expected.key)?;
+        if row.counter != expected.counter || (owner_must_match && row.owner != expected.owner) {
+            return None;
+        }
+        change(row);
+        row.counter += 1;
+        Some(row.clone())
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<Lease> {
+        self.rows.lock().unwrap().get(key).cloned()
+    }
+}
+
+impl LeaseStore for MemoryStore {
+    async fn ensure_table(&self) -> Result<(), LeaseError> {
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<Lease>, LeaseError> {
+        Ok(self.rows.lock().unwrap().values().cloned().collect())
+    }
+
+    async fn create(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let mut rows = self.rows.lock().unwrap();
+        if rows.contains_key(&lease.key) {
+            return Ok(false);
+        }
+        rows.insert(lease.key.clone(), lease.clone());
+        Ok(true)
+    }
+
+    async fn take(&self, lease: &Lease, owner: &str) -> Result<Option<Lease>, LeaseError> {
+        Ok(self.update(lease, false, |row| {
+            if row.owner.as_deref() != Some(owner) {
+                row.owner_switches_since_checkpoint += 1;
+            }
+            row.owner = Some(owner.to_owned());
+        }))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<Option<Lease>, LeaseError> {
+        Ok(self.update(lease, true, |_| {}))
+    }
+
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>) -> Result<Option<Lease>, LeaseError> {
+        Ok(self.update(lease, true, |row| {
+            row.checkpoint = checkpoint.clone();
+            row.owner_switches_since_checkpoint = 0;
+            if !children.is_empty() {
+                row.children = children.clone();
+            }
+        }))
+    }
+
+    async fn evict(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        Ok(self.update(lease, true, |row| row.owner = None).is_some())
+    }
+
+    async fn delete_finished(&self, key: &str) -> Result<bool, LeaseError> {
+        let mut rows = self.rows.lock().unwrap();
+        if rows.get(key).is_some_and(Lease::is_finished) {
+            rows.remove(key);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}

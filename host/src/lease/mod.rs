@@ -1,0 +1,171 @@
+//! Shard leases in DynamoDB, in the Java KCL's table format, and the rules
+//! for taking, renewing, stealing and releasing them.
+//!
+//! This module knows nothing of WebAssembly. Its rules ([`rules`]) are pure
+//! functions of the table's contents and a clock, tested against an
+//! in-memory table; [`coordinator`] applies them through a [`LeaseStore`].
+
+pub mod coordinator;
+pub mod dynamo;
+#[cfg(test)]
+pub(crate) mod memory;
+pub mod rules;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::future::Future;
+
+use crate::aws::AwsError;
+use crate::runtime::sequence::Position;
+
+/// Where a shard's processing stands, as the `checkpoint` column holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// Never processed; start at the oldest record.
+    TrimHorizon,
+    /// Never processed; start at the newest record.
+    Latest,
+    /// Never processed; start at the configured timestamp.
+    AtTimestamp,
+    /// Processed up to and including this record.
+    At(Position),
+    /// Every record was processed; the shard is closed. Never taken again.
+    ShardEnd,
+}
+
+impl Checkpoint {
+    pub const SHARD_END: &'static str = "SHARD_END";
+
+    /// Parses the `checkpoint` and `checkpointSubSequenceNumber` columns.
+    /// A sub-sequence number of 0 is how the Java KCL writes "no sub-sequence".
+    pub fn parse(text: &str, sub_sequence: u64) -> Option<Self> {
+        Some(match text {
+            "TRIM_HORIZON" => Self::TrimHorizon,
+            "LATEST" => Self::Latest,
+            "AT_TIMESTAMP" => Self::AtTimestamp,
+            Self::SHARD_END => Self::ShardEnd,
+            seq => Self::At(Position::new(seq, (sub_sequence > 0).then_some(sub_sequence)).ok()?),
+        })
+    }
+
+    /// The `checkpoint` column's text.
+    pub fn as_column(&self) -> &str {
+        match self {
+            Self::TrimHorizon => "TRIM_HORIZON",
+            Self::Latest => "LATEST",
+            Self::AtTimestamp => "AT_TIMESTAMP",
+            Self::ShardEnd => Self::SHARD_END,
+            Self::At(position) => position.sequence_number(),
+        }
+    }
+
+    /// The `checkpointSubSequenceNumber` column.
+    pub fn sub_sequence_column(&self) -> u64 {
+        match self {
+            Self::At(position) => position.sub_sequence_number().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// Whether processing has moved past the initial position.
+    pub fn has_started(&self) -> bool {
+        matches!(self, Self::At(_) | Self::ShardEnd)
+    }
+}
+
+impl fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::At(position) => position.fmt(f),
+            other => f.write_str(other.as_column()),
+        }
+    }
+}
+
+/// One row of the lease table: one shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The shard id (`leaseKey`).
+    pub key: String,
+    /// The worker holding it (`leaseOwner`), if any.
+    pub owner: Option<String>,
+    /// Bumped by every write (`leaseCounter`); writes are conditional on it.
+    pub counter: u64,
+    pub checkpoint: Checkpoint,
+    pub owner_switches_since_checkpoint: u64,
+    /// `ParentShardId` and `AdjacentParentShardId` (`parentShardId`).
+    pub parents: BTreeSet<String>,
+    /// Recorded with `SHARD_END` (`childShardIds`).
+    pub children: BTreeSet<String>,
+    pub starting_hash_key: Option<String>,
+    pub ending_hash_key: Option<String>,
+}
+
+impl Lease {
+    /// A new, unowned lease for a shard.
+    pub fn new(key: impl Into<String>, checkpoint: Checkpoint, parents: BTreeSet<String>) -> Self {
+        Self {
+            key: key.into(),
+            owner: None,
+            counter: 0,
+            checkpoint,
+            owner_switches_since_checkpoint: 0,
+            parents,
+            children: BTreeSet::new(),
+            starting_hash_key: None,
+            ending_hash_key: None,
+        }
+    }
+
+    /// Whether the shard was processed to its end.
+    pub fn is_finished(&self) -> bool {
+        self.checkpoint == Checkpoint::ShardEnd
+    }
+
+    pub fn is_owned_by(&self, worker: &str) -> bool {
+        self.owner.as_deref() == Some(worker)
+    }
+}
+
+/// A lease table operation that failed for a reason other than a lost race.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+/// The lease table. Every write that depends on ownership is conditional on
+/// the lease's `leaseCounter` (fencing): a write based on a stale view
+/// returns `None` (or `false`) instead of changing anything.
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Creates the table if it is missing and waits until it is usable.
+    fn ensure_table(&self) -> impl Future<Output = Result<(), LeaseError>> + Send;
+
+    /// Every well-formed lease (a strongly consistent read). Rows that cannot
+    /// be parsed are reported with their key and left out, never rewritten.
+    fn list(&self) -> impl Future<Output = Result<Vec<Lease>, LeaseError>> + Send;
+
+    /// Writes `lease` if no lease has its key; `false` if one does.
+    fn create(&self, lease: &Lease) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+
+    /// Makes `owner` the holder of `lease` as last read.
+    fn take(&self, lease: &Lease, owner: &str) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+
+    /// Bumps the counter of a lease its owner holds.
+    fn renew(&self, lease: &Lease) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+
+    /// Records a checkpoint for a lease its owner holds; with `ShardEnd`, also
+    /// the shard's children.
+    fn checkpoint(
+        &self,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        children: &BTreeSet<String>,
+    ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+
+    /// Clears the owner of a lease its owner holds, so others can take it at once.
+    fn evict(&self, lease: &Lease) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+
+    /// Deletes a finished lease (only if it is still at `SHARD_END`).
+    fn delete_finished(&self, key: &str) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+}
