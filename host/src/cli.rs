@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::config::Layer;
 use crate::runtime::RuntimeConfig;
 
 /// Consume Amazon Kinesis like the KCL does, with each shard's processor a
@@ -19,6 +20,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Consume a Kinesis stream: leases in DynamoDB (shared with every other
+    /// worker of the application), one sandboxed processor instance per shard.
+    #[command(after_help = "Examples:\n  \
+        kcl-host run processor.wasm --stream orders --application orders-totals --region us-east-2\n  \
+        kcl-host run processor.wasm --config kcl-host.toml\n\n\
+        Every flag can also be set with a KCL_HOST_* variable (see each flag) or in the --config file.\n\
+        Credentials and endpoints come from the standard AWS chain: AWS_REGION, AWS_PROFILE,\n\
+        AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB, ~/.aws/config.\n\
+        SIGINT or SIGTERM stops gracefully: shutdown(requested) on every shard, leases released.")]
+    Run(RunArgs),
     /// Run a processor on records from a file: initialize, every batch,
     /// shutdown(shard-end). No AWS needed.
     #[command(after_help = "Examples:\n  \
@@ -27,6 +38,89 @@ pub enum Command {
         Input: one JSON object per line with `data` (UTF-8 text) or `data_base64`, and optionally\n\
         `partition_key`, `sequence_number` (increasing) and `arrival` (RFC 3339).")]
     Replay(ReplayArgs),
+}
+
+/// `kcl-host run`. Settings left out here come from the config file, then defaults.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The processor component (.wasm, built for wasm32-wasip2).
+    pub processor: PathBuf,
+    /// TOML file with any of the settings below (flags and variables win).
+    #[arg(long, env = "KCL_HOST_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Kinesis stream to consume.
+    #[arg(long, env = "KCL_HOST_STREAM")]
+    pub stream: Option<String>,
+    /// Application name; also the DynamoDB lease table's name.
+    #[arg(long, env = "KCL_HOST_APPLICATION")]
+    pub application: Option<String>,
+    /// This worker's id in the lease table [default: hostname-pid-random].
+    #[arg(long, env = "KCL_HOST_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// AWS region (else AWS_REGION or the profile's).
+    #[arg(long, env = "KCL_HOST_REGION")]
+    pub region: Option<String>,
+    /// AWS profile (else AWS_PROFILE).
+    #[arg(long, env = "KCL_HOST_PROFILE")]
+    pub profile: Option<String>,
+    /// Kinesis endpoint URL (else AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL).
+    #[arg(long, env = "KCL_HOST_KINESIS_ENDPOINT")]
+    pub kinesis_endpoint: Option<String>,
+    /// DynamoDB endpoint URL (else AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL).
+    #[arg(long, env = "KCL_HOST_DYNAMODB_ENDPOINT")]
+    pub dynamodb_endpoint: Option<String>,
+    /// Where new shards start: TRIM_HORIZON, LATEST or AT_TIMESTAMP [default: TRIM_HORIZON].
+    #[arg(long, env = "KCL_HOST_INITIAL_POSITION")]
+    pub initial_position: Option<String>,
+    /// With AT_TIMESTAMP: an RFC 3339 time.
+    #[arg(long, env = "KCL_HOST_INITIAL_TIMESTAMP")]
+    pub initial_timestamp: Option<String>,
+    /// Most leases this worker holds (maxLeasesForWorker) [default: no limit].
+    #[arg(long, env = "KCL_HOST_MAX_LEASES")]
+    pub max_leases: Option<usize>,
+    /// Most leases stolen in one pass (maxLeasesToStealAtOneTime) [default: 1].
+    #[arg(long, env = "KCL_HOST_MAX_LEASES_TO_STEAL")]
+    pub max_leases_to_steal: Option<usize>,
+    /// Time without renewal after which a lease may be taken (failoverTimeMillis) [default: 10s].
+    #[arg(long, env = "KCL_HOST_FAILOVER_TIME")]
+    pub failover_time: Option<String>,
+    /// Time between shard syncs (shardSyncIntervalMillis) [default: 60s].
+    #[arg(long, env = "KCL_HOST_SHARD_SYNC_INTERVAL")]
+    pub shard_sync_interval: Option<String>,
+    /// Wait between reads of a caught-up shard (idleTimeBetweenReadsInMillis) [default: 1s].
+    #[arg(long, env = "KCL_HOST_IDLE_TIME_BETWEEN_READS")]
+    pub idle_time_between_reads: Option<String>,
+    /// Records per GetRecords call, 1 to 10000 (maxRecords) [default: 10000].
+    #[arg(long, env = "KCL_HOST_MAX_RECORDS")]
+    pub max_records: Option<i32>,
+    /// Most processor instances alive at once (slots reserved up front).
+    #[arg(long, env = "KCL_HOST_MAX_INSTANCES", default_value_t = 1000)]
+    pub max_instances: u32,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+impl RunArgs {
+    /// The settings given as flags or variables, as a layer over the file.
+    pub fn layer(&self) -> Layer {
+        Layer {
+            stream: self.stream.clone(),
+            application: self.application.clone(),
+            worker_id: self.worker_id.clone(),
+            region: self.region.clone(),
+            profile: self.profile.clone(),
+            kinesis_endpoint: self.kinesis_endpoint.clone(),
+            dynamodb_endpoint: self.dynamodb_endpoint.clone(),
+            initial_position: self.initial_position.clone(),
+            initial_timestamp: self.initial_timestamp.clone(),
+            max_leases: self.max_leases,
+            max_leases_to_steal: self.max_leases_to_steal,
+            failover_time: self.failover_time.clone(),
+            shard_sync_interval: self.shard_sync_interval.clone(),
+            idle_time_between_reads: self.idle_time_between_reads.clone(),
+            max_records: self.max_records,
+        }
+    }
 }
 
 /// `kcl-host replay`.

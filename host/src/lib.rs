@@ -7,6 +7,10 @@
 
 pub mod aws;
 pub mod cli;
+pub mod config;
+pub mod fetch;
 pub mod lease;
 pub mod replay;
 pub mod runtime;
+pub mod shard;
+pub mod worker;

@@ -3,7 +3,9 @@ use std::io::BufReader;
 use std::process::ExitCode;
 
 use clap::Parser;
-use kcl_host::cli::{Cli, Command, ReplayArgs};
+use kcl_host::aws::AwsClients;
+use kcl_host::cli::{Cli, Command, ReplayArgs, RunArgs};
+use kcl_host::config::{Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
 use kcl_host::runtime::bindings::ShardInfo;
 use kcl_host::runtime::{Processor, Runtime};
@@ -20,6 +22,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Replay(args) => run_replay(args).await,
+            Command::Run(args) => run_worker(args).await,
         }
     });
     match result {
@@ -59,6 +62,46 @@ async fn run_replay(args: ReplayArgs) -> Result<(), String> {
             Err(failure.to_string())
         }
     }
+}
+
+async fn run_worker(args: RunArgs) -> Result<(), String> {
+    let file = match &args.config {
+        Some(path) => Layer::from_file(path).map_err(|e| e.to_string())?,
+        None => Layer::default(),
+    };
+    let config = WorkerConfig::resolve(args.layer().over(file)).map_err(|e| e.to_string())?;
+    let runtime = Runtime::new(args.runtime.config(args.max_instances)).map_err(|e| format!("cannot start wasmtime: {e}"))?;
+    let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
+    let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
+    tracing::info!(
+        "worker {} consuming stream `{}` with {} (lease table `{}`, new shards from {:?}, failover {:?})",
+        config.worker_id,
+        config.stream,
+        args.processor.display(),
+        config.application,
+        config.initial_position,
+        config.take.failover_time,
+    );
+    let summary = kcl_host::worker::run(config, clients, processor, shutdown_signal()).await.map_err(|e| e.to_string())?;
+    let total: u64 = summary.records.values().sum();
+    tracing::info!(
+        "stopped after {:.1}s: {total} records from {} shards; processed to SHARD_END: {:?}",
+        summary.elapsed.as_secs_f64(),
+        summary.records.len(),
+        summary.finished,
+    );
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("stop requested");
 }
 
 fn print_summary(report: &ReplayReport) {

@@ -1,0 +1,263 @@
+//! Settings for `kcl-host run`: flags, `KCL_HOST_*` environment variables, a
+//! TOML file, then defaults, in that order. Names follow the Java KCL's
+//! where it has one.
+//!
+//! ```toml
+//! # kcl-host.toml
+//! stream = "orders"
+//! application = "orders-totals"      # also the lease table's name
+//! initial_position = "TRIM_HORIZON"  # or LATEST, or AT_TIMESTAMP with initial_timestamp
+//! max_leases = 64                    # maxLeasesForWorker
+//! max_leases_to_steal = 1            # maxLeasesToStealAtOneTime
+//! failover_time = "10s"              # failoverTimeMillis
+//! shard_sync_interval = "60s"        # shardSyncIntervalMillis
+//! idle_time_between_reads = "1s"     # idleTimeBetweenReadsInMillis
+//! max_records = 10000                # maxRecords
+//! ```
+
+use std::path::Path;
+use std::time::Duration;
+
+use aws_smithy_types::date_time::{DateTime, Format};
+use serde::Deserialize;
+
+use crate::aws::AwsSettings;
+use crate::fetch::{FetchSettings, MAX_RECORDS_LIMIT};
+use crate::lease::rules::TakeSettings;
+use crate::shard::InitialPosition;
+
+/// A setting that cannot be used, named with how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config file `{path}`: {reason}")]
+    File { path: String, reason: String },
+    #[error("`{setting}` is required: pass --{flag}, set KCL_HOST_{env}, or put `{setting} = ...` in the config file")]
+    Missing { setting: &'static str, flag: &'static str, env: &'static str },
+    #[error("`{setting}` = {value:?} is not valid: {reason}")]
+    Invalid { setting: &'static str, value: String, reason: String },
+}
+
+/// Every setting, each optional: one layer (flags, or the file).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub stream: Option<String>,
+    pub application: Option<String>,
+    pub worker_id: Option<String>,
+    pub region: Option<String>,
+    pub profile: Option<String>,
+    pub kinesis_endpoint: Option<String>,
+    pub dynamodb_endpoint: Option<String>,
+    pub initial_position: Option<String>,
+    pub initial_timestamp: Option<String>,
+    pub max_leases: Option<usize>,
+    pub max_leases_to_steal: Option<usize>,
+    pub failover_time: Option<String>,
+    pub shard_sync_interval: Option<String>,
+    pub idle_time_between_reads: Option<String>,
+    pub max_records: Option<i32>,
+}
+
+impl Layer {
+    /// Reads a TOML file of settings.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let file = |reason: String| ConfigError::File { path: path.display().to_string(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| file(e.to_string()))?;
+        toml::from_str(&text).map_err(|e| file(e.to_string()))
+    }
+
+    /// This layer, with `lower` filling what it leaves out.
+    pub fn over(self, lower: Layer) -> Layer {
+        macro_rules! merge {
+            ($($field:ident),*) => { Layer { $($field: self.$field.or(lower.$field)),* } };
+        }
+        merge!(
+            stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
+            initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
+            idle_time_between_reads, max_records
+        )
+    }
+}
+
+/// Everything a worker needs, resolved and checked.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub stream: String,
+    /// The application name; also the lease table's name.
+    pub application: String,
+    pub worker_id: String,
+    pub aws: AwsSettings,
+    pub initial_position: InitialPosition,
+    pub take: TakeSettings,
+    /// `shardSyncIntervalMillis` (default 60 s); a sync also runs at start
+    /// and whenever a shard ends.
+    pub shard_sync_interval: Duration,
+    pub fetch: FetchSettings,
+}
+
+impl WorkerConfig {
+    /// Resolves a merged layer into a checked config.
+    pub fn resolve(layer: Layer) -> Result<Self, ConfigError> {
+        let stream = layer.stream.ok_or(ConfigError::Missing { setting: "stream", flag: "stream", env: "STREAM" })?;
+        let application = layer
+            .application
+            .ok_or(ConfigError::Missing { setting: "application", flag: "application", env: "APPLICATION" })?;
+        let initial_position = initial_position(layer.initial_position.as_deref(), layer.initial_timestamp.as_deref())?;
+        let defaults = TakeSettings::default();
+        let take = TakeSettings {
+            failover_time: duration("failover_time", layer.failover_time.as_deref(), defaults.failover_time)?,
+            max_leases: positive("max_leases", layer.max_leases.unwrap_or(defaults.max_leases))?,
+            max_leases_to_steal: layer.max_leases_to_steal.unwrap_or(defaults.max_leases_to_steal),
+        };
+        let fetch_defaults = FetchSettings::default();
+        let max_records = layer.max_records.unwrap_or(fetch_defaults.max_records);
+        if !(1..=MAX_RECORDS_LIMIT).contains(&max_records) {
+            return Err(ConfigError::Invalid {
+                setting: "max_records",
+                value: max_records.to_string(),
+                reason: format!("Kinesis returns 1 to {MAX_RECORDS_LIMIT} records per call"),
+            });
+        }
+        Ok(Self {
+            stream,
+            application,
+            worker_id: layer.worker_id.unwrap_or_else(default_worker_id),
+            aws: AwsSettings {
+                region: layer.region,
+                profile: layer.profile,
+                kinesis_endpoint: layer.kinesis_endpoint,
+                dynamodb_endpoint: layer.dynamodb_endpoint,
+            },
+            initial_position,
+            take,
+            shard_sync_interval: duration("shard_sync_interval", layer.shard_sync_interval.as_deref(), Duration::from_secs(60))?,
+            fetch: FetchSettings {
+                max_records,
+                idle_time_between_reads: duration(
+                    "idle_time_between_reads",
+                    layer.idle_time_between_reads.as_deref(),
+                    fetch_defaults.idle_time_between_reads,
+                )?,
+            },
+        })
+    }
+}
+
+/// `hostname-pid-random`: unique per process, readable in the lease table.
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "worker".into());
+    format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
+}
+
+fn positive(setting: &'static str, value: usize) -> Result<usize, ConfigError> {
+    if value == 0 {
+        return Err(ConfigError::Invalid { setting, value: "0".into(), reason: "must be at least 1".into() });
+    }
+    Ok(value)
+}
+
+fn initial_position(position: Option<&str>, timestamp: Option<&str>) -> Result<InitialPosition, ConfigError> {
+    let invalid = |value: &str, reason: &str| ConfigError::Invalid {
+        setting: "initial_position",
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    match (position.unwrap_or("TRIM_HORIZON").to_ascii_uppercase().as_str(), timestamp) {
+        ("TRIM_HORIZON", None) => Ok(InitialPosition::TrimHorizon),
+        ("LATEST", None) => Ok(InitialPosition::Latest),
+        ("AT_TIMESTAMP", Some(ts)) => DateTime::from_str(ts, Format::DateTime)
+            .ok()
+            .and_then(|t| t.to_millis().ok())
+            .map(InitialPosition::AtTimestamp)
+            .ok_or_else(|| ConfigError::Invalid {
+                setting: "initial_timestamp",
+                value: ts.to_owned(),
+                reason: "use RFC 3339, like 2026-01-31T12:00:00Z".into(),
+            }),
+        ("AT_TIMESTAMP", None) => Err(invalid("AT_TIMESTAMP", "also give initial_timestamp (RFC 3339)")),
+        (other @ ("TRIM_HORIZON" | "LATEST"), Some(_)) => Err(invalid(other, "initial_timestamp only goes with AT_TIMESTAMP")),
+        (other, _) => Err(invalid(other, "use TRIM_HORIZON, LATEST or AT_TIMESTAMP")),
+    }
+}
+
+/// Parses `250ms`, `10s`, `2m`; a bare number is milliseconds (as the KCL's `...Millis`).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    match unit.trim() {
+        "" | "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" => Some(Duration::from_secs(n * 60)),
+        _ => None,
+    }
+}
+
+fn duration(setting: &'static str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(text) => parse_duration(text).filter(|d| !d.is_zero()).ok_or_else(|| ConfigError::Invalid {
+            setting,
+            value: text.to_owned(),
+            reason: "use a positive duration like 500ms, 10s or 2m".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer() -> Layer {
+        Layer { stream: Some("s".into()), application: Some("a".into()), ..Default::default() }
+    }
+
+    #[test]
+    fn defaults_follow_the_kcl() {
+        let c = WorkerConfig::resolve(layer()).unwrap();
+        assert_eq!(c.initial_position, InitialPosition::TrimHorizon);
+        assert_eq!(c.take.failover_time, Duration::from_secs(10));
+        assert_eq!(c.take.max_leases_to_steal, 1);
+        assert_eq!(c.shard_sync_interval, Duration::from_secs(60));
+        assert_eq!(c.fetch.max_records, 10_000);
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let flags = Layer { failover_time: Some("3s".into()), ..layer() };
+        let file: Layer = toml::from_str("failover_time = \"20s\"\nmax_leases = 4\nstream = \"other\"").unwrap();
+        let c = WorkerConfig::resolve(flags.over(file)).unwrap();
+        assert_eq!((c.stream.as_str(), c.take.failover_time, c.take.max_leases), ("s", Duration::from_secs(3), 4));
+    }
+
+    #[test]
+    fn bad_settings_are_named_with_the_fix() {
+        let cases = [
+            (Layer { stream: None, ..layer() }, "--stream"),
+            (Layer { initial_position: Some("OLDEST".into()), ..layer() }, "TRIM_HORIZON, LATEST or AT_TIMESTAMP"),
+            (Layer { initial_position: Some("AT_TIMESTAMP".into()), ..layer() }, "initial_timestamp"),
+            (Layer { failover_time: Some("ten".into()), ..layer() }, "10s"),
+            (Layer { max_records: Some(20_000), ..layer() }, "1 to 10000"),
+            (Layer { max_leases: Some(0), ..layer() }, "at least 1"),
+        ];
+        for (layer, words) in cases {
+            let err = WorkerConfig::resolve(layer).unwrap_err().to_string();
+            assert!(err.contains(words), "{err:?} should mention {words:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let err = toml::from_str::<Layer>("failover = \"1s\"").unwrap_err().to_string();
+        assert!(err.contains("unknown field `failover`"), "{err}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1500"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("2h"), None);
+    }
+}

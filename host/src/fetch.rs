@@ -1,0 +1,165 @@
+//! Reading a shard with GetRecords: iterators, Kinesis' per-shard limits,
+//! expired iterators, throttling, and the end of a closed shard.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use aws_sdk_kinesis::types::ShardIteratorType;
+use aws_sdk_kinesis::Client;
+use aws_smithy_types::DateTime;
+use tokio::time::Instant;
+
+use crate::aws::{AwsError, Service};
+use crate::runtime::bindings::KinesisRecord;
+use crate::runtime::sequence::Position;
+
+/// Kinesis allows 5 GetRecords calls per second per shard.
+const MIN_CALL_INTERVAL: Duration = Duration::from_millis(200);
+/// Most records one GetRecords call may return.
+pub const MAX_RECORDS_LIMIT: i32 = 10_000;
+
+/// Where reading starts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StartingPosition {
+    TrimHorizon,
+    Latest,
+    /// Milliseconds since the Unix epoch.
+    AtTimestamp(i64),
+    /// Just after a record already processed.
+    After(Position),
+}
+
+/// How a fetcher paces itself.
+#[derive(Clone, Debug)]
+pub struct FetchSettings {
+    /// Records per GetRecords call (`maxRecords`, at most 10,000).
+    pub max_records: i32,
+    /// Wait between calls when the shard has no new records
+    /// (`idleTimeBetweenReadsInMillis`).
+    pub idle_time_between_reads: Duration,
+}
+
+impl Default for FetchSettings {
+    fn default() -> Self {
+        Self { max_records: MAX_RECORDS_LIMIT, idle_time_between_reads: Duration::from_secs(1) }
+    }
+}
+
+/// What one successful read gave.
+#[derive(Debug)]
+pub struct Fetched {
+    /// In shard order; empty only at the shard's end.
+    pub records: Vec<KinesisRecord>,
+    pub millis_behind_latest: u64,
+    /// Set when the shard is closed and fully read: its children.
+    pub shard_end: Option<BTreeSet<String>>,
+}
+
+/// Reads one shard, in order, from a starting position.
+pub struct Fetcher {
+    client: Client,
+    stream: String,
+    shard: String,
+    settings: FetchSettings,
+    /// Where to get a fresh iterator from: the start, then after the last record read.
+    resume: StartingPosition,
+    iterator: Option<String>,
+    next_call: Instant,
+}
+
+impl Fetcher {
+    pub fn new(client: Client, stream: &str, shard: &str, start: StartingPosition, settings: FetchSettings) -> Self {
+        Self {
+            client,
+            stream: stream.to_owned(),
+            shard: shard.to_owned(),
+            settings,
+            resume: start,
+            iterator: None,
+            next_call: Instant::now(),
+        }
+    }
+
+    /// The next records, waiting while the shard has none. Cancel-safe: the
+    /// read position only moves when records are returned.
+    pub async fn next(&mut self) -> Result<Fetched, AwsError> {
+        let mut throttled = Duration::from_millis(500);
+        loop {
+            let iterator = match &self.iterator {
+                Some(iterator) => iterator.clone(),
+                None => self.shard_iterator().await?,
+            };
+            tokio::time::sleep_until(self.next_call).await;
+            self.next_call = Instant::now() + MIN_CALL_INTERVAL;
+            let output = match self.client.get_records().shard_iterator(&iterator).limit(self.settings.max_records).send().await {
+                Ok(output) => output,
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_expired_iterator_exception()) => {
+                    self.iterator = None;
+                    continue;
+                }
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_provisioned_throughput_exceeded_exception()) => {
+                    // The SDK already retried; back off further before the next call.
+                    tracing::warn!(shard = %self.shard, "GetRecords throttled; backing off {throttled:?}");
+                    self.next_call = Instant::now() + throttled;
+                    throttled = (throttled * 2).min(Duration::from_secs(10));
+                    continue;
+                }
+                Err(e) => return Err(AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e)),
+            };
+            let millis_behind_latest = output.millis_behind_latest().unwrap_or(0).max(0) as u64;
+            let records: Vec<KinesisRecord> = output.records.into_iter().map(to_wit).collect();
+            let shard_end = output.next_shard_iterator.is_none().then(|| {
+                output.child_shards.unwrap_or_default().into_iter().map(|c| c.shard_id).collect::<BTreeSet<_>>()
+            });
+            if let Some(last) = records.last() {
+                self.resume = StartingPosition::After(
+                    Position::new(&last.sequence_number, None).expect("Kinesis sequence numbers are decimal"),
+                );
+            }
+            self.iterator = output.next_shard_iterator;
+            if records.is_empty() && shard_end.is_none() {
+                if millis_behind_latest == 0 {
+                    self.next_call = Instant::now() + self.settings.idle_time_between_reads;
+                }
+                continue;
+            }
+            return Ok(Fetched { records, millis_behind_latest, shard_end });
+        }
+    }
+
+    async fn shard_iterator(&mut self) -> Result<String, AwsError> {
+        let request = self.client.get_shard_iterator().stream_name(&self.stream).shard_id(&self.shard);
+        let request = match &self.resume {
+            StartingPosition::TrimHorizon => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            StartingPosition::Latest => request.shard_iterator_type(ShardIteratorType::Latest),
+            StartingPosition::AtTimestamp(ms) => {
+                request.shard_iterator_type(ShardIteratorType::AtTimestamp).timestamp(DateTime::from_millis(*ms))
+            }
+            StartingPosition::After(position) => request
+                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .starting_sequence_number(position.sequence_number()),
+        };
+        let output = request.send().await.map_err(|e| AwsError::from_sdk(Service::Kinesis, "GetShardIterator", &self.stream, e))?;
+        let iterator = output.shard_iterator.ok_or_else(|| AwsError::Service {
+            operation: "GetShardIterator",
+            code: "NoIterator".into(),
+            message: format!("no iterator returned for {}", self.shard),
+        })?;
+        self.iterator = Some(iterator.clone());
+        Ok(iterator)
+    }
+}
+
+fn to_wit(record: aws_sdk_kinesis::types::Record) -> KinesisRecord {
+    KinesisRecord {
+        approximate_arrival_timestamp_ms: record
+            .approximate_arrival_timestamp
+            .and_then(|t| t.to_millis().ok())
+            .map_or(0, |ms| ms.max(0) as u64),
+        data: record.data.into_inner(),
+        partition_key: record.partition_key.unwrap_or_default(),
+        sequence_number: record.sequence_number,
+        sub_sequence_number: None,
+        explicit_hash_key: None,
+    }
+}

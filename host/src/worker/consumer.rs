@@ -1,0 +1,210 @@
+//! One leased shard: a processor instance fed from a fetcher, restarted from
+//! the last checkpoint when it fails, and shut down for the right reason.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::fetch::{Fetched, FetchSettings, Fetcher, StartingPosition};
+use crate::lease::coordinator::{CheckpointFailure, HeldLease};
+use crate::lease::{Checkpoint, LeaseStore};
+use crate::runtime::bindings::{Batch, CheckpointError, ShardInfo, ShutdownReason};
+use crate::runtime::sequence::Position;
+use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor, ShardInstance};
+
+/// How a consumer ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Every record delivered, `shutdown(shard-end)` ok, `SHARD_END` written.
+    ShardEnd { children: BTreeSet<String> },
+    /// Another worker holds the lease now.
+    LeaseLost,
+    /// The worker is stopping.
+    Stopped,
+}
+
+/// What a consumer needs, shared with the worker.
+pub struct Consumer<S> {
+    pub processor: Processor,
+    pub kinesis: aws_sdk_kinesis::Client,
+    pub stream: String,
+    pub initial_timestamp_ms: Option<i64>,
+    pub fetch: FetchSettings,
+    pub held: Arc<HeldLease<S>>,
+    pub stop: watch::Receiver<bool>,
+    /// Records delivered and acknowledged by the processor.
+    pub delivered: Arc<AtomicU64>,
+}
+
+/// First and longest wait before restarting a failed processor.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
+
+/// Why one attempt at the shard ended early.
+enum Interrupt {
+    Done(Outcome),
+    Failed(String),
+}
+
+impl<S: LeaseStore> Consumer<S> {
+    /// Runs the shard until it ends, the lease is lost, or the worker stops.
+    pub async fn run(self) -> Outcome {
+        let shard = self.held.key().to_owned();
+        let mut backoff = BACKOFF.0;
+        loop {
+            let error = match self.attempt().await {
+                Interrupt::Done(outcome) => return outcome,
+                Interrupt::Failed(error) => error,
+            };
+            tracing::warn!(shard, "{error}; restarting from the last checkpoint in {backoff:?}");
+            if let Some(outcome) = self.wait(backoff).await {
+                return outcome;
+            }
+            backoff = (backoff * 2).min(BACKOFF.1);
+        }
+    }
+
+    /// Waits `delay`, unless the worker stops or the lease is lost first.
+    async fn wait(&self, delay: Duration) -> Option<Outcome> {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => None,
+            outcome = self.interrupted() => Some(outcome),
+        }
+    }
+
+    /// Resolves when the worker stops or the lease is lost.
+    async fn interrupted(&self) -> Outcome {
+        /// Resolves once `flag` is true; never, if its sender is gone.
+        async fn raised(mut flag: watch::Receiver<bool>) {
+            if flag.wait_for(|raised| *raised).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        tokio::select! {
+            _ = raised(self.stop.clone()) => Outcome::Stopped,
+            _ = raised(self.held.lost()) => Outcome::LeaseLost,
+        }
+    }
+
+    /// One instance's life: from the last checkpoint until an outcome or a failure.
+    async fn attempt(&self) -> Interrupt {
+        let lease = self.held.snapshot().await;
+        let shard_id = lease.key.clone();
+        let (start, last_checkpoint) = match &lease.checkpoint {
+            Checkpoint::TrimHorizon => (StartingPosition::TrimHorizon, None),
+            Checkpoint::Latest => (StartingPosition::Latest, None),
+            Checkpoint::AtTimestamp => (StartingPosition::AtTimestamp(self.initial_timestamp_ms.unwrap_or(0)), None),
+            Checkpoint::At(position) => (StartingPosition::After(position.clone()), Some(position.clone())),
+            // Taken leases are never finished; if one is, there is nothing to do.
+            Checkpoint::ShardEnd => return Interrupt::Done(Outcome::ShardEnd { children: lease.children }),
+        };
+        let sink = LeaseSink { held: self.held.clone() };
+        let mut instance = match self.processor.instantiate(&shard_id, Box::new(sink), last_checkpoint.clone()).await {
+            Ok(instance) => instance,
+            Err(e) => return Interrupt::Failed(format!("instantiating the processor failed: {e}")),
+        };
+        let info = ShardInfo {
+            stream_name: self.stream.clone(),
+            shard_id: shard_id.clone(),
+            starting_checkpoint: lease.checkpoint.as_column().to_owned(),
+            starting_sub_sequence_number: last_checkpoint.as_ref().and_then(Position::sub_sequence_number),
+        };
+        if let Err(e) = instance.initialize(&info).await {
+            return Interrupt::Failed(format!("initialize failed: {e}"));
+        }
+        let mut fetcher = Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, self.fetch.clone());
+        loop {
+            let fetched = tokio::select! {
+                fetched = fetcher.next() => fetched,
+                outcome = self.interrupted() => return self.finish_outcome(&mut instance, outcome).await,
+            };
+            let Fetched { records, millis_behind_latest, shard_end } = match fetched {
+                Ok(fetched) => fetched,
+                Err(e) => return Interrupt::Failed(format!("reading the shard failed: {e}")),
+            };
+            if !records.is_empty() {
+                let batch = Batch { records, millis_behind_latest };
+                if let Some(interrupt) = self.deliver(&mut instance, &batch).await {
+                    return interrupt;
+                }
+            }
+            if let Some(children) = shard_end {
+                return self.end_shard(&mut instance, children).await;
+            }
+        }
+    }
+
+    /// Delivers one batch, again after each retryable error.
+    async fn deliver(&self, instance: &mut ShardInstance, batch: &Batch) -> Option<Interrupt> {
+        let mut backoff = BACKOFF.0;
+        loop {
+            if !self.held.is_valid() {
+                return Some(self.finish(instance, ShutdownReason::LeaseLost).await);
+            }
+            match instance.process_records(batch).await {
+                Ok(()) => {
+                    self.delivered.fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+                    return None;
+                }
+                Err(CallError::Retryable(message)) => {
+                    tracing::warn!(shard = %self.held.key(), "processor asked for a retry: {message}; delivering the batch again in {backoff:?}");
+                    if let Some(outcome) = self.wait(backoff).await {
+                        return Some(self.finish_outcome(instance, outcome).await);
+                    }
+                    backoff = (backoff * 2).min(BACKOFF.1);
+                }
+                Err(e) => return Some(Interrupt::Failed(format!("process-records failed: {e}"))),
+            }
+        }
+    }
+
+    /// The shard is fully read: `shutdown(shard-end)`, then `SHARD_END`.
+    async fn end_shard(&self, instance: &mut ShardInstance, children: BTreeSet<String>) -> Interrupt {
+        if let Err(e) = instance.shutdown(ShutdownReason::ShardEnd).await {
+            return Interrupt::Failed(format!("shutdown(shard-end) failed, so SHARD_END was not written: {e}"));
+        }
+        match self.held.checkpoint(Checkpoint::ShardEnd, &children).await {
+            Ok(()) => {
+                tracing::info!(shard = %self.held.key(), ?children, "shard processed to its end; SHARD_END written");
+                Interrupt::Done(Outcome::ShardEnd { children })
+            }
+            Err(CheckpointFailure::LeaseLost) => Interrupt::Done(Outcome::LeaseLost),
+            Err(e) => Interrupt::Failed(format!("writing SHARD_END failed: {e}")),
+        }
+    }
+
+    async fn finish_outcome(&self, instance: &mut ShardInstance, outcome: Outcome) -> Interrupt {
+        let reason = if outcome == Outcome::Stopped { ShutdownReason::Requested } else { ShutdownReason::LeaseLost };
+        self.finish(instance, reason).await
+    }
+
+    /// `shutdown(lease-lost)` or `shutdown(requested)`; an error there is
+    /// only logged, since the lease is going away either way.
+    async fn finish(&self, instance: &mut ShardInstance, reason: ShutdownReason) -> Interrupt {
+        if reason == ShutdownReason::LeaseLost {
+            instance.revoke_checkpoints();
+        }
+        if let Err(e) = instance.shutdown(reason).await {
+            tracing::warn!(shard = %self.held.key(), "shutdown({reason:?}) failed: {e}");
+        }
+        Interrupt::Done(if reason == ShutdownReason::Requested { Outcome::Stopped } else { Outcome::LeaseLost })
+    }
+}
+
+/// Writes a guest's checkpoints to the lease table through the held lease.
+struct LeaseSink<S> {
+    held: Arc<HeldLease<S>>,
+}
+
+impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
+    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+        Box::pin(async move {
+            self.held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await.map_err(|e| match e {
+                CheckpointFailure::LeaseLost => CheckpointError::LeaseLost,
+                CheckpointFailure::Unavailable(message) => CheckpointError::Unavailable(message),
+            })
+        })
+    }
+}

@@ -1,0 +1,204 @@
+//! The worker: the one place that ties leases, shards, fetching and the
+//! component runtime together.
+//!
+//! At start it syncs shards to leases and takes every lease it should at
+//! once. Then it renews its leases every third of the failover time, takes
+//! leases every failover time, syncs shards every sync interval, and — as
+//! soon as a shard reaches its end — syncs and takes again, so children
+//! start right after their parents.
+
+mod consumer;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::aws::{AwsClients, AwsError};
+use crate::config::WorkerConfig;
+use crate::lease::coordinator::{Coordinator, HeldLease};
+use crate::lease::dynamo::DynamoStore;
+use crate::lease::{LeaseError, LeaseStore};
+use crate::runtime::Processor;
+use crate::shard::{self, InitialPosition};
+use consumer::{Consumer, Outcome};
+
+/// Longest a graceful stop waits for processors to shut down.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Why the worker could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// What a worker did, for the summary printed at exit.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Records processed per shard.
+    pub records: BTreeMap<String, u64>,
+    /// Shards this worker processed to their end.
+    pub finished: Vec<String>,
+    pub elapsed: Duration,
+}
+
+/// A running consumer as the worker sees it.
+struct Running {
+    held: Arc<HeldLease<DynamoStore>>,
+    delivered: Arc<AtomicU64>,
+}
+
+/// Consumes `config.stream` with `processor` until `shutdown` resolves.
+pub async fn run(
+    config: WorkerConfig,
+    clients: AwsClients,
+    processor: Processor,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<Summary, WorkerError> {
+    let started = Instant::now();
+    let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application));
+    store.ensure_table().await?;
+    let mut coordinator = Coordinator::new(store.clone(), &config.worker_id, config.take.clone());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<(String, Outcome)>();
+    let mut consumers: JoinSet<()> = JoinSet::new();
+    let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let mut summary = Summary::default();
+
+    let spawn = |held: Arc<HeldLease<DynamoStore>>, consumers: &mut JoinSet<()>, running: &mut BTreeMap<String, Running>| {
+        let delivered = Arc::new(AtomicU64::new(0));
+        let consumer = Consumer {
+            processor: processor.clone(),
+            kinesis: clients.kinesis.clone(),
+            stream: config.stream.clone(),
+            initial_timestamp_ms: match config.initial_position {
+                InitialPosition::AtTimestamp(ms) => Some(ms),
+                _ => None,
+            },
+            fetch: config.fetch.clone(),
+            held: held.clone(),
+            stop: stop_rx.clone(),
+            delivered: delivered.clone(),
+        };
+        let key = held.key().to_owned();
+        let ended = ended_tx.clone();
+        tracing::info!(shard = %key, "processing");
+        running.insert(key.clone(), Running { held, delivered });
+        consumers.spawn(async move {
+            let outcome = consumer.run().await;
+            let _ = ended.send((key, outcome));
+        });
+    };
+
+    sync_shards(&config, &clients, store.as_ref()).await?;
+    for held in coordinator.take_pass().await? {
+        spawn(held, &mut consumers, &mut running);
+    }
+    tracing::info!(leases = running.len(), "first lease pass done in {:?}", started.elapsed());
+
+    let mut renew = tokio::time::interval(config.take.failover_time / 3);
+    let mut take = tokio::time::interval(config.take.failover_time);
+    let mut sync = tokio::time::interval(config.shard_sync_interval);
+    for timer in [&mut renew, &mut take, &mut sync] {
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer.reset();
+    }
+    tokio::pin!(shutdown);
+
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = renew.tick() => {
+                for held in coordinator.renew_all().await {
+                    tracing::warn!(shard = %held.key(), "lease lost; stopping delivery");
+                }
+            }
+            _ = take.tick() => {
+                take_and_spawn(&mut coordinator, |h| spawn(h, &mut consumers, &mut running)).await;
+            }
+            _ = sync.tick() => {
+                if let Err(e) = sync_shards(&config, &clients, store.as_ref()).await {
+                    tracing::warn!("shard sync failed: {e}");
+                }
+            }
+            Some((key, outcome)) = ended_rx.recv() => {
+                if let Some(done) = running.remove(&key) {
+                    *summary.records.entry(key.clone()).or_default() += done.delivered.load(Ordering::Relaxed);
+                }
+                if let Outcome::ShardEnd { .. } = outcome {
+                    coordinator.finished(&key);
+                    summary.finished.push(key.clone());
+                    // Children become ready the moment a parent ends: sync and take now.
+                    if let Err(e) = sync_shards(&config, &clients, store.as_ref()).await {
+                        tracing::warn!("shard sync failed: {e}");
+                    }
+                    let taken = take_and_spawn(&mut coordinator, |h| spawn(h, &mut consumers, &mut running)).await;
+                    tracing::info!(shard = %key, "lease pass after the shard ended took {taken} leases");
+                }
+            }
+        }
+    }
+
+    // Graceful stop: shutdown(requested) everywhere, then give the leases back.
+    tracing::info!(shards = running.len(), "stopping: shutting down processors");
+    stop_tx.send_replace(true);
+    if tokio::time::timeout(STOP_TIMEOUT, async { while consumers.join_next().await.is_some() {} }).await.is_err() {
+        tracing::warn!("processors did not stop within {STOP_TIMEOUT:?}; their leases expire instead");
+        consumers.abort_all();
+    }
+    while let Ok((key, outcome)) = ended_rx.try_recv() {
+        if let Outcome::ShardEnd { .. } = outcome {
+            coordinator.finished(&key);
+            summary.finished.push(key);
+        }
+    }
+    for (key, done) in running {
+        *summary.records.entry(key.clone()).or_default() += done.delivered.load(Ordering::Relaxed);
+        if done.held.is_valid() {
+            if let Err(e) = coordinator.evict(&key).await {
+                tracing::warn!(shard = %key, "could not release the lease (it will expire): {e}");
+            }
+        }
+    }
+    summary.elapsed = started.elapsed();
+    Ok(summary)
+}
+
+/// A take pass whose new leases go to `spawn`; returns how many were taken.
+async fn take_and_spawn<S: LeaseStore>(coordinator: &mut Coordinator<S>, mut spawn: impl FnMut(Arc<HeldLease<S>>)) -> usize {
+    match coordinator.take_pass().await {
+        Ok(taken) => {
+            let count = taken.len();
+            taken.into_iter().for_each(&mut spawn);
+            count
+        }
+        Err(e) => {
+            tracing::warn!("lease pass failed: {e}");
+            0
+        }
+    }
+}
+
+/// Lists the stream's shards, creates the leases that are missing, and
+/// deletes finished leases whose children have all started.
+async fn sync_shards<S: LeaseStore>(config: &WorkerConfig, clients: &AwsClients, store: &S) -> Result<(), WorkerError> {
+    let shards = shard::list_shards(&clients.kinesis, &config.stream).await?;
+    let leases = store.list().await?;
+    for lease in shard::plan_new_leases(&shards, &leases, &config.initial_position) {
+        if store.create(&lease).await? {
+            tracing::info!(shard = %lease.key, checkpoint = %lease.checkpoint, parents = ?lease.parents, "created lease");
+        }
+    }
+    for key in shard::plan_cleanup(&leases) {
+        if store.delete_finished(&key).await? {
+            tracing::info!(shard = %key, "deleted the finished lease: every child has started");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! Helpers for kcl-host's integration tests and demo, against the local
+//! servers `scripts/servers.sh start` runs (endpoints from `AWS_ENDPOINT_URL_*`).
+
+pub mod process;
+
+use std::time::Duration;
+
+use aws_sdk_kinesis::client::Waiters;
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use kcl_host::aws::{AwsClients, AwsSettings};
+use kcl_host::lease::dynamo::DynamoStore;
+use kcl_host::lease::{Lease, LeaseStore};
+use kcl_host::shard::{self, Shard};
+
+/// A name no other test run uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}-{:08x}", std::process::id(), fastrand::u32(..))
+}
+
+/// Clients for the local servers; panics with the fix when they are not running.
+pub async fn clients() -> AwsClients {
+    for var in ["AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB"] {
+        assert!(
+            std::env::var_os(var).is_some(),
+            "{var} is not set: start the local servers with `scripts/servers.sh start` and `source .servers/env`"
+        );
+    }
+    AwsClients::from_env(&AwsSettings::default()).await.expect("clients for the local servers")
+}
+
+/// A stream on the local Kinesis server.
+pub struct TestStream {
+    pub name: String,
+    pub kinesis: aws_sdk_kinesis::Client,
+}
+
+impl TestStream {
+    /// Creates a stream of `shards` shards and waits until it is active.
+    pub async fn create(kinesis: &aws_sdk_kinesis::Client, name: &str, shards: i32) -> Self {
+        kinesis.create_stream().stream_name(name).shard_count(shards).send().await.expect("CreateStream");
+        let stream = Self { name: name.to_owned(), kinesis: kinesis.clone() };
+        stream.wait_active().await;
+        stream
+    }
+
+    /// Waits until the stream accepts changes again.
+    pub async fn wait_active(&self) {
+        self.kinesis
+            .wait_until_stream_exists()
+            .stream_name(&self.name)
+            .wait(Duration::from_secs(60))
+            .await
+            .expect("stream became ACTIVE");
+    }
+
+    pub async fn shards(&self) -> Vec<Shard> {
+        shard::list_shards(&self.kinesis, &self.name).await.expect("ListShards")
+    }
+
+    /// Writes `payloads` to one shard, in order, returning their sequence numbers.
+    pub async fn put(&self, shard_id: &str, payloads: &[String]) -> Vec<String> {
+        let shards = self.shards().await;
+        let shard = shards.iter().find(|s| s.id == shard_id).unwrap_or_else(|| panic!("no shard {shard_id}"));
+        let mut sequence_numbers = Vec::new();
+        for chunk in payloads.chunks(500) {
+            let entries = chunk.iter().map(|data| {
+                PutRecordsRequestEntry::builder()
+                    .data(Blob::new(data.as_bytes()))
+                    .partition_key(data.clone())
+                    .explicit_hash_key(&shard.starting_hash_key)
+                    .build()
+                    .expect("complete entry")
+            });
+            let out = self.kinesis.put_records().stream_name(&self.name).set_records(Some(entries.collect())).send().await.expect("PutRecords");
+            assert_eq!(out.failed_record_count().unwrap_or(0), 0, "every record written");
+            for result in out.records() {
+                assert_eq!(result.shard_id(), Some(shard_id), "records land on the shard asked for");
+                sequence_numbers.push(result.sequence_number().expect("sequence number").to_owned());
+            }
+        }
+        sequence_numbers
+    }
+
+    /// Splits a shard at the middle of its hash range; returns the children's ids.
+    pub async fn split(&self, shard_id: &str) -> Vec<String> {
+        let before: Vec<String> = self.shards().await.into_iter().map(|s| s.id).collect();
+        let shard = self.shards().await.into_iter().find(|s| s.id == shard_id).expect("shard to split");
+        let (start, end): (u128, u128) = (shard.starting_hash_key.parse().unwrap(), shard.ending_hash_key.parse().unwrap());
+        let middle = start + (end - start) / 2 + 1;
+        self.kinesis
+            .split_shard()
+            .stream_name(&self.name)
+            .shard_to_split(shard_id)
+            .new_starting_hash_key(middle.to_string())
+            .send()
+            .await
+            .expect("SplitShard");
+        self.wait_active().await;
+        self.new_shards(&before).await
+    }
+
+    /// Merges two adjacent shards; returns the child's id.
+    pub async fn merge(&self, shard_id: &str, adjacent: &str) -> String {
+        let before: Vec<String> = self.shards().await.into_iter().map(|s| s.id).collect();
+        self.kinesis
+            .merge_shards()
+            .stream_name(&self.name)
+            .shard_to_merge(shard_id)
+            .adjacent_shard_to_merge(adjacent)
+            .send()
+            .await
+            .expect("MergeShards");
+        self.wait_active().await;
+        self.new_shards(&before).await.pop().expect("a merged shard")
+    }
+
+    async fn new_shards(&self, before: &[String]) -> Vec<String> {
+        self.shards().await.into_iter().map(|s| s.id).filter(|id| !before.contains(id)).collect()
+    }
+}
+
+/// Every lease in an application's table.
+pub async fn leases(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<Lease> {
+    DynamoStore::new(dynamodb.clone(), table).list().await.expect("reading the lease table")
+}

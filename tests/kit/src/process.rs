@@ -1,0 +1,116 @@
+//! `kcl-host` as a child process, with its log read line by line so tests
+//! wait for what it says rather than for a fixed time.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{watch, Mutex};
+
+/// A record as the counter example logs it: `record <seq> <key> <data>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivered {
+    pub shard: String,
+    pub sequence_number: String,
+    pub data: String,
+}
+
+/// A running `kcl-host`.
+pub struct KclHost {
+    child: Child,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    lines: Arc<Mutex<Vec<String>>>,
+    changed: watch::Receiver<usize>,
+}
+
+impl KclHost {
+    /// Starts `binary` with `args`; its log (stderr and stdout) is collected.
+    pub fn spawn(binary: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(binary)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting kcl-host");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, changed) = watch::channel(0);
+        let tx = Arc::new(tx);
+        let mut readers = Vec::new();
+        for stream in [Box::new(child.stderr.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>, Box::new(child.stdout.take().unwrap())] {
+            let (lines, tx) = (lines.clone(), tx.clone());
+            readers.push(tokio::spawn(async move {
+                let mut reader = BufReader::new(stream).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    let mut all = lines.lock().await;
+                    all.push(line);
+                    tx.send_replace(all.len());
+                }
+            }));
+        }
+        Self { child, readers, lines, changed }
+    }
+
+    /// Every line so far.
+    pub async fn log(&self) -> Vec<String> {
+        self.lines.lock().await.clone()
+    }
+
+    /// Waits until `done` holds for the log, or panics after `limit` with the log.
+    pub async fn wait_for(&mut self, what: &str, limit: Duration, done: impl Fn(&[String]) -> bool) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if done(&self.lines.lock().await) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, self.changed.changed()).await.is_err() {
+                panic!("timed out after {limit:?} waiting for {what}; log:\n{}", self.log().await.join("\n"));
+            }
+        }
+    }
+
+    /// Records delivered so far, in log order.
+    pub async fn delivered(&self) -> Vec<Delivered> {
+        self.lines.lock().await.iter().filter_map(|line| parse_delivered(line)).collect()
+    }
+
+    /// Sends SIGINT and waits for the exit status.
+    pub async fn interrupt(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc_kill(pid, 2) };
+        let status = tokio::time::timeout(Duration::from_secs(40), self.child.wait()).await.expect("kcl-host exits after SIGINT").unwrap();
+        // The readers end at end-of-file, after the last line the process wrote.
+        for reader in self.readers.drain(..) {
+            reader.await.expect("log reader");
+        }
+        let log = self.log().await;
+        (status, log)
+    }
+
+    /// Kills the process at once, as a crash would.
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("kill");
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}
+
+/// Parses a counter-example line: `... kcl_host::guest: record <seq> <key> <data> shard="<id>"`.
+pub fn parse_delivered(line: &str) -> Option<Delivered> {
+    let rest = line.split_once("kcl_host::guest: record ")?.1;
+    let (body, shard) = rest.rsplit_once(" shard=")?;
+    let mut parts = body.splitn(3, ' ');
+    let sequence_number = parts.next()?.to_owned();
+    let _key = parts.next()?;
+    let data = parts.next().unwrap_or("").to_owned();
+    Some(Delivered { shard: shard.trim_matches('"').to_owned(), sequence_number, data })
+}
