@@ -1,6 +1,7 @@
 //! Counts records per shard, logs each one, and checkpoints every
-//! [`CHECKPOINT_EVERY`] records. It never checkpoints in `shutdown`: at a
-//! shard's end kcl-host records `SHARD_END` on its own.
+//! [`CHECKPOINT_EVERY`] records, and once more when the worker stops
+//! (`shutdown(requested)`). It never checkpoints at a shard's end: there
+//! kcl-host records `SHARD_END` on its own.
 //!
 //! Each record is logged as `record <sequence-number> <partition-key> <data>`
 //! so tests and the demo can see exactly what was delivered, in order.
@@ -42,8 +43,11 @@ impl RecordProcessor for Counter {
         Ok(())
     }
 
-    fn shutdown(&mut self, reason: ShutdownReason, _: &Checkpointer) -> Result<(), ProcessorError> {
+    fn shutdown(&mut self, reason: ShutdownReason, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
         kcl_guest::info!("shutdown {} after {} records: {reason:?}", self.shard_id, self.seen);
+        if reason == ShutdownReason::Requested {
+            checkpointer.checkpoint().map_err(|e| ProcessorError::retryable(e.to_string()))?;
+        }
         Ok(())
     }
 }
