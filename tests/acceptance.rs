@@ -113,3 +113,106 @@ async fn the_seeds_reshard_is_processed_end_to_end() {
         assert_eq!(lease.owner, None, "released on the graceful stop");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_waits_for_both_parents() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("merge"), 2).await;
+    let parents: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    for (i, parent) in parents.iter().enumerate() {
+        stream.put(parent, &payloads(&format!("p{i}"), 20)).await;
+    }
+    let child = stream.merge(&parents[0], &parents[1]).await;
+    stream.put(&child, &payloads("merged", 20)).await;
+
+    let application = unique("merge-app");
+    let mut host = start("counter", &stream.name, &application, "worker-1");
+    host.wait_for("all 60 records", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 60).await;
+    let delivered = host.delivered().await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+
+    let shards = by_shard(&delivered);
+    assert_eq!(shards[&child], payloads("merged", 20));
+    let first_child = delivered.iter().position(|d| d.shard == child).unwrap();
+    for parent in &parents {
+        let last = delivered.iter().rposition(|d| &d.shard == parent).unwrap();
+        assert!(last < first_child, "{parent} must be done before the merged child starts");
+    }
+    let table = leases(&aws.dynamodb, &application).await;
+    for parent in &parents {
+        assert_eq!(lease(&table, parent).checkpoint, Checkpoint::ShardEnd);
+    }
+    assert_eq!(lease(&table, &child).parents, parents.iter().cloned().collect::<BTreeSet<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lease_is_taken_in_the_first_pass() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("four"), 4).await;
+    let mut host = start("noop", &stream.name, &unique("four-app"), "worker-1");
+    host.wait_for("the first lease pass", LIMIT, |log| log.iter().any(|l| l.contains("first lease pass done"))).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let pass = log.iter().find(|l| l.contains("first lease pass done")).unwrap();
+    assert!(pass.ends_with("leases=4"), "{pass}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_shard_end_when_the_processor_fails_in_shutdown() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("failend"), 1).await;
+    let parent = stream.shards().await[0].id.clone();
+    stream.put(&parent, &["one".to_owned(), "fail-shutdown".to_owned()]).await;
+    let children = stream.split(&parent).await;
+
+    let application = unique("failend-app");
+    let mut host = start("faulty", &stream.name, &application, "worker-1");
+    let failed = "shutdown(shard-end) failed, so SHARD_END was not written";
+    host.wait_for("two failed shard ends", LIMIT, |log| log.iter().filter(|l| l.contains(failed)).count() >= 2).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+
+    let table = leases(&aws.dynamodb, &application).await;
+    assert_ne!(lease(&table, &parent).checkpoint, Checkpoint::ShardEnd, "never skipped");
+    for child in &children {
+        assert_eq!(count_lines(&log, &format!("processing shard={child}")), 0, "children wait for their parent");
+    }
+    // Each attempt started over from the last checkpoint: the records came again.
+    assert!(count_lines(&log, " one shard=") >= 2, "{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_another_worker_resumes_from_the_last_checkpoint() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("crash"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let records = payloads("r", 250);
+    stream.put(&shard, &records).await;
+
+    // The counter checkpoints after records 100 and 200; then the worker dies.
+    let application = unique("crash-app");
+    let mut first = start("counter", &stream.name, &application, "worker-1");
+    first.wait_for("250 records", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 250).await;
+    first.kill().await;
+    let table = leases(&aws.dynamodb, &application).await;
+    let crashed = lease(&table, &shard);
+    assert_eq!(crashed.owner.as_deref(), Some("worker-1"), "a crash releases nothing");
+
+    let processor = guest("counter");
+    let mut second = KclHost::spawn(
+        env!("CARGO_BIN_EXE_kcl-host").as_ref(),
+        &[
+            "run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", "worker-2",
+            "--failover-time", "1s", "--idle-time-between-reads", "200ms", "--no-cache",
+        ],
+    );
+    second.wait_for("the records after the checkpoint", LIMIT, |log| {
+        log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 50
+    }).await;
+    let delivered = second.delivered().await;
+    let (status, log) = second.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let again: Vec<String> = delivered.iter().map(|d| d.data.clone()).collect();
+    assert_eq!(again, records[200..].to_vec(), "resumes right after the checkpoint at r-199, nothing skipped");
+}
