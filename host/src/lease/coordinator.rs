@@ -30,12 +30,16 @@ pub struct HeldLease<S> {
     /// the last successful write's send time plus the failover time.
     valid_until: StdMutex<Instant>,
     lost: watch::Sender<bool>,
+    /// A stolen lease may still look valid to its previous owner until one
+    /// failover time after the steal: delivery waits until then.
+    deliver_after: Instant,
     settings: TakeSettings,
 }
 
 impl<S: LeaseStore> HeldLease<S> {
-    fn new(store: Arc<S>, lease: Lease, sent: Instant, settings: TakeSettings) -> Self {
+    fn new(store: Arc<S>, lease: Lease, sent: Instant, stolen: bool, settings: TakeSettings) -> Self {
         Self {
+            deliver_after: if stolen { sent + settings.failover_time } else { sent },
             key: lease.key.clone(),
             store,
             valid_until: StdMutex::new(sent + settings.failover_time),
@@ -53,6 +57,12 @@ impl<S: LeaseStore> HeldLease<S> {
     /// The lease as last written by this worker.
     pub async fn snapshot(&self) -> Lease {
         self.lease.lock().await.clone()
+    }
+
+    /// When delivery may start: at once, or for a stolen lease once the
+    /// previous owner has surely stopped.
+    pub fn deliver_after(&self) -> Instant {
+        self.deliver_after
     }
 
     /// Whether records may still be delivered: not lost, and renewed recently
@@ -167,7 +177,7 @@ impl<S: LeaseStore> Coordinator<S> {
                         if stealing {
                             tracing::info!(shard = %lease.key, from = ?lease.owner, "stole a lease to balance the load");
                         }
-                        let held = Arc::new(HeldLease::new(self.store.clone(), updated, sent, self.settings.clone()));
+                        let held = Arc::new(HeldLease::new(self.store.clone(), updated, sent, stealing, self.settings.clone()));
                         self.held.insert(lease.key.clone(), held.clone());
                         taken.push(held);
                     }

@@ -10,6 +10,8 @@ pub mod dynamo;
 #[cfg(test)]
 pub(crate) mod memory;
 pub mod rules;
+#[cfg(test)]
+mod simulation;
 
 use std::collections::BTreeSet;
 use std::fmt;
