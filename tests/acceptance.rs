@@ -216,3 +216,90 @@ async fn after_a_crash_another_worker_resumes_from_the_last_checkpoint() {
     let again: Vec<String> = delivered.iter().map(|d| d.data.clone()).collect();
     assert_eq!(again, records[200..].to_vec(), "resumes right after the checkpoint at r-199, nothing skipped");
 }
+
+/// Runs `kcl-host` to its exit; returns (exit code, everything it printed).
+async fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kcl-host"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .expect("kcl-host runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test]
+async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
+    let aws = clients().await;
+    let counter = guest("counter");
+    let missing_stream = unique("no-such-stream");
+    let table = unique("untouched-table");
+    let not_wasm = std::env::temp_dir().join(format!("{}.wasm", unique("not-wasm")));
+    std::fs::write(&not_wasm, "not a component").unwrap();
+    let not_wasm = not_wasm.display().to_string();
+    let no_stream = format!("Kinesis stream `{missing_stream}` does not exist");
+    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+        (vec!["run", &counter, "--application", "a"], vec![], "`stream` is required: pass --stream, set KCL_HOST_STREAM"),
+        (vec!["run", &counter, "--stream", &missing_stream, "--application", &table], vec![], &no_stream),
+        (
+            vec!["run", &counter, "--stream", "s", "--application", "a"],
+            vec![("AWS_ENDPOINT_URL_KINESIS", "http://127.0.0.1:9")],
+            "cannot reach the Kinesis endpoint",
+        ),
+        (vec!["run", &not_wasm, "--stream", "s", "--application", "a"], vec![], "is not a WebAssembly file"),
+        (vec!["run", &counter, "--stream", "s", "--application", "a", "--initial-position", "OLDEST"], vec![], "use TRIM_HORIZON, LATEST or AT_TIMESTAMP"),
+    ];
+    for (args, env, expected) in cases {
+        let (code, text) = run_to_exit(&args, &env).await;
+        assert_ne!(code, 0, "{args:?} should fail:\n{text}");
+        assert!(text.contains(expected), "{args:?} should say {expected:?}:\n{text}");
+    }
+    let tables = aws.dynamodb.list_tables().send().await.unwrap();
+    assert!(!tables.table_names().contains(&table), "a bad stream name creates no lease table");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_share_a_stream_and_balance() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("pair"), 4).await;
+    let mut all = BTreeSet::new();
+    for shard in stream.shards().await {
+        let records = payloads(&shard.id, 10);
+        stream.put(&shard.id, &records).await;
+        all.extend(records);
+    }
+    let application = unique("pair-app");
+    let processor = guest("counter");
+    let worker = |id: &str| {
+        KclHost::spawn(
+            env!("CARGO_BIN_EXE_kcl-host").as_ref(),
+            &[
+                "run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", id,
+                "--failover-time", "1s", "--idle-time-between-reads", "200ms", "--no-cache",
+            ],
+        )
+    };
+    let mut first = worker("worker-1");
+    first.wait_for("all four shards", LIMIT, |log| log.iter().filter(|l| l.contains("initialize shardId")).count() >= 4).await;
+    let mut second = worker("worker-2");
+    // The second worker steals one lease per pass until both hold two.
+    second.wait_for("two stolen leases", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 2).await;
+    first.wait_for("two leases lost", LIMIT, |log| log.iter().filter(|l| l.contains("lease lost; stopping delivery")).count() >= 2).await;
+
+    let table = leases(&aws.dynamodb, &application).await;
+    let mut per_owner: BTreeMap<String, usize> = BTreeMap::new();
+    for lease in &table {
+        *per_owner.entry(lease.owner.clone().unwrap_or_default()).or_default() += 1;
+    }
+    assert_eq!(per_owner, BTreeMap::from([("worker-1".into(), 2), ("worker-2".into(), 2)]), "{table:#?}");
+
+    let mut delivered: BTreeSet<String> = first.delivered().await.into_iter().map(|d| d.data).collect();
+    second.wait_for("the stolen shards' records", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 20).await;
+    delivered.extend(second.delivered().await.into_iter().map(|d| d.data));
+    assert_eq!(delivered, all, "every record processed by one worker or the other");
+    let (a, log_a) = first.interrupt().await;
+    let (b, log_b) = second.interrupt().await;
+    assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
+}

@@ -62,6 +62,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Summary, WorkerError> {
     let started = Instant::now();
+    // Check the stream before touching DynamoDB: a typo in --stream must not create a table.
+    shard::list_shards(&clients.kinesis, &config.stream).await?;
     let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application));
     store.ensure_table().await?;
     let mut coordinator = Coordinator::new(store.clone(), &config.worker_id, config.take.clone());

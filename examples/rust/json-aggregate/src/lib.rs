@@ -85,4 +85,7 @@ impl RecordProcessor for JsonAggregate {
     }
 }
 
+// Exported only in the component: the benchmark links this crate natively
+// to run `Totals` as the baseline.
+#[cfg(target_arch = "wasm32")]
 kcl_guest::export_processor!(JsonAggregate);

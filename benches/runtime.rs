@@ -1,0 +1,121 @@
+//! Host→guest throughput, instantiation and idle memory of the component
+//! runtime, with the realistic processor's logic run natively as the baseline.
+//!
+//! Run with `bash scripts/build-guests.sh && cargo bench -p kcl-host --bench runtime`;
+//! figures go in docs/BENCHMARKS.md.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use kcl_example_json_aggregate::Totals;
+use kcl_host::runtime::bindings::{Batch, KinesisRecord, ShardInfo};
+use kcl_host::runtime::sequence::Position;
+use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInstance};
+
+const BATCH: usize = 500;
+const RECORD_BYTES: usize = 1024;
+const IDLE_INSTANCES: usize = 1000;
+
+struct Discard;
+
+impl CheckpointSink for Discard {
+    fn checkpoint(&mut self, _: Position) -> CheckpointFuture<'_> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn guest(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/build").join(format!("{name}.wasm"));
+    assert!(path.exists(), "{} is missing: run scripts/build-guests.sh", path.display());
+    path
+}
+
+/// 1 KiB JSON purchase events, padded with a note.
+fn batch() -> Batch {
+    let records = (0..BATCH)
+        .map(|i| {
+            let mut data = format!(r#"{{"user":"u{}","kind":"purchase","amount":{}.5,"note":""#, i % 50, i % 17);
+            data.push_str(&"x".repeat(RECORD_BYTES - data.len() - 2));
+            data.push_str("\"}");
+            assert_eq!(data.len(), RECORD_BYTES);
+            KinesisRecord {
+                data: data.into_bytes(),
+                partition_key: format!("u{}", i % 50),
+                sequence_number: format!("49{i:054}"),
+                sub_sequence_number: None,
+                approximate_arrival_timestamp_ms: 1_780_000_000_000,
+                explicit_hash_key: None,
+            }
+        })
+        .collect();
+    Batch { records, millis_behind_latest: 0 }
+}
+
+fn shard() -> ShardInfo {
+    ShardInfo {
+        stream_name: "bench".into(),
+        shard_id: "shardId-000000000000".into(),
+        starting_checkpoint: "TRIM_HORIZON".into(),
+        starting_sub_sequence_number: None,
+    }
+}
+
+async fn instance(processor: &Processor) -> ShardInstance {
+    let mut instance = processor.instantiate("shardId-000000000000", Box::new(Discard), None).await.unwrap();
+    instance.initialize(&shard()).await.unwrap();
+    instance
+}
+
+fn resident_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = Runtime::new(RuntimeConfig { cache_dir: None, max_instances: IDLE_INSTANCES as u32 + 8, ..Default::default() }).unwrap();
+    let noop = rt.block_on(Processor::load(&runtime, &guest("noop"))).unwrap();
+    let aggregate = rt.block_on(Processor::load(&runtime, &guest("json-aggregate"))).unwrap();
+    let batch = batch();
+
+    // Idle memory: resident growth over many initialized instances.
+    for (name, processor) in [("noop", &noop), ("json-aggregate", &aggregate)] {
+        let before = resident_bytes();
+        let instances: Vec<_> = rt.block_on(async {
+            let mut all = Vec::new();
+            for _ in 0..IDLE_INSTANCES {
+                all.push(instance(processor).await);
+            }
+            all
+        });
+        let per_instance = (resident_bytes() - before) / IDLE_INSTANCES;
+        println!("idle-memory/{name}: {} KiB resident per instance ({IDLE_INSTANCES} instances)", per_instance / 1024);
+        drop(instances);
+    }
+
+    let mut c = Criterion::default().configure_from_args().measurement_time(Duration::from_secs(5));
+    let mut group = c.benchmark_group("process-records");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    for (name, processor) in [("noop", &noop), ("json-aggregate", &aggregate)] {
+        let mut instance = rt.block_on(instance(processor));
+        group.bench_function(BenchmarkId::new("wasm", name), |b| {
+            b.iter(|| rt.block_on(instance.process_records(&batch)).unwrap())
+        });
+    }
+    group.bench_function(BenchmarkId::new("native", "json-aggregate"), |b| {
+        let mut totals = Totals::default();
+        b.iter(|| {
+            for record in &batch.records {
+                totals.add(&record.data);
+            }
+        })
+    });
+    group.finish();
+
+    c.bench_function("instantiate", |b| {
+        b.iter_with_large_drop(|| rt.block_on(noop.instantiate("shardId-000000000000", Box::new(Discard), None)).unwrap())
+    });
+    c.final_summary();
+}

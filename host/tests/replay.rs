@@ -1,0 +1,57 @@
+//! `kcl-host replay` as a user runs it: every example on the sample file.
+
+mod support;
+
+use std::process::Command;
+
+use support::guest;
+
+fn replay(processor: &str, args: &[&str]) -> (i32, String, String) {
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/records.jsonl");
+    let output = Command::new(env!("CARGO_BIN_EXE_kcl-host"))
+        .arg("replay")
+        .arg(guest(processor))
+        .args(["--input", sample, "--no-cache"])
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("kcl-host runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_example_replays_the_sample() {
+    for example in ["noop", "counter", "json-aggregate"] {
+        let (code, stdout, stderr) = replay(example, &["--batch-size", "2"]);
+        assert_eq!(code, 0, "{example}:\n{stdout}\n{stderr}");
+        assert!(stdout.contains("replayed 5 records in 3 batches"), "{example}: {stdout}");
+    }
+}
+
+#[test]
+fn the_aggregate_checkpoints_each_batch_and_totals_per_user() {
+    let (code, stdout, stderr) = replay("json-aggregate", &["--batch-size", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    let checkpoints: Vec<&str> = stdout.lines().filter(|l| l.starts_with("checkpoint ")).collect();
+    assert_eq!(checkpoints.len(), 3, "one per batch: {stdout}");
+    assert!(checkpoints[2].ends_with("00005"), "the last record: {stdout}");
+    assert!(stderr.contains("total ana 19.50") && stderr.contains("total ben 3.25"), "{stderr}");
+    assert!(stderr.contains("3 purchases, 1 rejected, 2 users"), "{stderr}");
+}
+
+#[test]
+fn a_malformed_line_is_reported_with_its_number() {
+    let bad = std::env::temp_dir().join(format!("kcl-host-bad-{}.jsonl", std::process::id()));
+    std::fs::write(&bad, "{\"data\": \"ok\"}\n{\"data\": 5}\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kcl-host"))
+        .args(["replay", guest("noop").to_str().unwrap(), "--input", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("input line 2: not a record object"), "{stderr}");
+}

@@ -1,0 +1,141 @@
+//! The lease table against a real DynamoDB API (dynalite): rows as the Java
+//! KCL 2.x writes them are read, continued and not damaged.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use kcl_host::lease::coordinator::{CheckpointFailure, Coordinator};
+use kcl_host::lease::dynamo::DynamoStore;
+use kcl_host::lease::rules::TakeSettings;
+use kcl_host::lease::{Checkpoint, LeaseStore};
+use kcl_host::runtime::sequence::Position;
+use kcl_testkit::{clients, unique};
+
+type Item = HashMap<String, AttributeValue>;
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Rows as a Java KCL 2.x worker leaves them, with attributes kcl-host does
+/// not model (`pendingCheckpoint`, `throughputKBps`).
+fn java_rows() -> Vec<Item> {
+    vec![
+        Item::from([
+            ("leaseKey".into(), s("shardId-000000000000")),
+            ("leaseOwner".into(), s("java-worker-1")),
+            ("leaseCounter".into(), n(17)),
+            ("checkpoint".into(), s("49590338271490256608559692538361571095921575989136588898")),
+            ("checkpointSubSequenceNumber".into(), n(0)),
+            ("ownerSwitchesSinceCheckpoint".into(), n(3)),
+            ("startingHashKey".into(), s("0")),
+            ("endingHashKey".into(), s("340282366920938463463374607431768211455")),
+            ("pendingCheckpoint".into(), s("49590338271490256608559692538361571095921575989136588999")),
+            ("throughputKBps".into(), AttributeValue::N("12.5".into())),
+        ]),
+        Item::from([
+            ("leaseKey".into(), s("shardId-000000000001")),
+            ("leaseOwner".into(), s("java-worker-1")),
+            ("leaseCounter".into(), n(40)),
+            ("checkpoint".into(), s("SHARD_END")),
+            ("checkpointSubSequenceNumber".into(), n(0)),
+            ("ownerSwitchesSinceCheckpoint".into(), n(0)),
+            ("childShardIds".into(), AttributeValue::Ss(vec!["shardId-000000000002".into(), "shardId-000000000003".into()])),
+        ]),
+        // Not a lease kcl-host can read: reported, skipped, never rewritten.
+        Item::from([
+            ("leaseKey".into(), s("shardId-broken")),
+            ("leaseCounter".into(), s("seventeen")),
+            ("checkpoint".into(), s("TRIM_HORIZON")),
+        ]),
+    ]
+}
+
+async fn get(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str) -> Item {
+    dynamodb
+        .get_item()
+        .table_name(table)
+        .key("leaseKey", s(key))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("row exists")
+}
+
+#[tokio::test]
+async fn a_java_kcl_table_is_read_continued_and_not_damaged() {
+    let aws = clients().await;
+    let table = unique("java-table");
+    let store = Arc::new(DynamoStore::new(aws.dynamodb.clone(), &table));
+    store.ensure_table().await.unwrap();
+    for row in java_rows() {
+        aws.dynamodb.put_item().table_name(&table).set_item(Some(row)).send().await.unwrap();
+    }
+
+    let leases = store.list().await.unwrap();
+    let keys: BTreeSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!(keys, BTreeSet::from(["shardId-000000000000", "shardId-000000000001"]), "the broken row is skipped");
+    let finished = leases.iter().find(|l| l.key == "shardId-000000000001").unwrap();
+    assert_eq!(finished.checkpoint, Checkpoint::ShardEnd);
+    assert_eq!(finished.children.len(), 2);
+
+    // The Java worker is gone: its lease expires one failover time after this
+    // worker first sees it unchanged, and not before.
+    let failover_time = Duration::from_millis(300);
+    let settings = TakeSettings { failover_time, ..Default::default() };
+    let mut coordinator = Coordinator::new(store.clone(), "kcl-host-1", settings);
+    assert!(coordinator.take_pass().await.unwrap().is_empty(), "a live-looking lease is not taken");
+    tokio::time::sleep(failover_time).await;
+    let taken = coordinator.take_pass().await.unwrap();
+    assert_eq!(taken.len(), 1, "the finished lease is not taken");
+    let held = &taken[0];
+    assert_eq!(held.key(), "shardId-000000000000");
+    let next = Position::new("49590338271490256608559692538361571095921575989136589000", None).unwrap();
+    held.checkpoint(Checkpoint::At(next.clone()), &BTreeSet::new()).await.unwrap();
+
+    let row = get(&aws.dynamodb, &table, "shardId-000000000000").await;
+    assert_eq!(row["leaseOwner"], s("kcl-host-1"));
+    assert_eq!(row["leaseCounter"], n(19), "one bump to take, one to checkpoint");
+    assert_eq!(row["checkpoint"], s(next.sequence_number()));
+    assert_eq!(row["checkpointSubSequenceNumber"], n(0));
+    assert_eq!(row["ownerSwitchesSinceCheckpoint"], n(0));
+    let java = &java_rows()[0];
+    for kept in ["pendingCheckpoint", "throughputKBps", "startingHashKey", "endingHashKey"] {
+        assert_eq!(row[kept], java[kept], "{kept} survives");
+    }
+    assert_eq!(get(&aws.dynamodb, &table, "shardId-broken").await, java_rows()[2], "the broken row is untouched");
+    assert_eq!(get(&aws.dynamodb, &table, "shardId-000000000001").await, java_rows()[1], "the finished lease is untouched");
+}
+
+#[tokio::test]
+async fn a_checkpoint_after_losing_the_lease_is_refused() {
+    let aws = clients().await;
+    let table = unique("fenced-table");
+    let store = Arc::new(DynamoStore::new(aws.dynamodb.clone(), &table));
+    store.ensure_table().await.unwrap();
+    let mut row = java_rows()[0].clone();
+    row.remove("leaseOwner"); // released by a Java worker's graceful shutdown
+    aws.dynamodb.put_item().table_name(&table).set_item(Some(row)).send().await.unwrap();
+
+    let mut ours = Coordinator::new(store.clone(), "kcl-host-1", TakeSettings::default());
+    let held = ours.take_pass().await.unwrap().pop().unwrap();
+    assert!(held.is_valid(), "still within our failover time");
+    // Another worker, with a failover time of zero, deems it expired and takes it.
+    let impatient = TakeSettings { failover_time: Duration::ZERO, ..Default::default() };
+    let mut theirs = Coordinator::new(store.clone(), "kcl-host-2", impatient);
+    assert_eq!(theirs.take_pass().await.unwrap().len(), 1);
+
+    let position = Position::new("49590338271490256608559692538361571095921575989136589000", None).unwrap();
+    assert_eq!(held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await, Err(CheckpointFailure::LeaseLost));
+    let row = get(&aws.dynamodb, &table, "shardId-000000000000").await;
+    assert_eq!(row["checkpoint"], java_rows()[0]["checkpoint"], "the stale worker moved nothing");
+    assert_eq!(row["leaseOwner"], s("kcl-host-2"));
+}
