@@ -65,8 +65,8 @@ async fn main() {
             })
             .await;
             runs.push(started.elapsed().as_secs_f64());
-            let (status, _) = host.interrupt().await;
-            assert!(status.success());
+            let (status, log) = host.interrupt().await;
+            assert!(status.success(), "{status:?}\n{}", log.join("\n"));
         }
         println!("start -> all {shards} shards processing: median {:.3} s over {RUNS} runs ({runs:.3?})", median(runs.clone()));
     }

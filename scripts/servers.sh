@@ -76,11 +76,12 @@ start() {
   port_taken "$kport" && die "port $kport for Kinesis is taken; set KINESIS_PORT to a free port"
   port_taken "$dport" && die "port $dport for DynamoDB is taken; set DYNAMODB_PORT to a free port"
 
-  # kinesis-local crashes without a certificate path, even on its plain port.
+  # kinesis-local crashes without a certificate path, even on its plain port;
+  # its default limit of 50 shards per account is too small for a test run.
   KINESIS_MOCK_PLAIN_PORT=$kport KINESIS_MOCK_TLS_PORT=$tport \
   KINESIS_MOCK_CERT_PATH="$pkg/node_modules/kinesis-local/server.json" \
   CREATE_STREAM_DURATION=10ms DELETE_STREAM_DURATION=10ms SPLIT_SHARD_DURATION=10ms \
-  MERGE_SHARDS_DURATION=10ms UPDATE_SHARD_COUNT_DURATION=10ms LOG_LEVEL=WARN \
+  MERGE_SHARDS_DURATION=10ms UPDATE_SHARD_COUNT_DURATION=10ms LOG_LEVEL=WARN SHARD_LIMIT=100000 \
     setsid node "$pkg/node_modules/kinesis-local/main.js" >"$state/kinesis.log" 2>&1 &
   echo $! >"$state/kinesis.pid"
   setsid node "$pkg/node_modules/dynalite/cli.js" --host 127.0.0.1 --port "$dport" \

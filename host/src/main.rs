@@ -70,6 +70,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
         None => Layer::default(),
     };
     let config = WorkerConfig::resolve(args.layer().over(file)).map_err(|e| e.to_string())?;
+    let shutdown = shutdown_signal();
     let runtime = Runtime::new(args.runtime.config(args.max_instances)).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
     let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
@@ -82,7 +83,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
         config.initial_position,
         config.take.failover_time,
     );
-    let summary = kcl_host::worker::run(config, clients, processor, shutdown_signal()).await.map_err(|e| e.to_string())?;
+    let summary = kcl_host::worker::run(config, clients, processor, shutdown).await.map_err(|e| e.to_string())?;
     let total: u64 = summary.records.values().sum();
     tracing::info!(
         "stopped after {:.1}s: {total} records from {} shards; processed to SHARD_END: {:?}",
@@ -93,15 +94,19 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed at once, so a
+/// signal that arrives during start-up is not lost (nor fatal).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut interrupt = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    let mut terminate = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        tracing::info!("stop requested");
     }
-    tracing::info!("stop requested");
 }
 
 fn print_summary(report: &ReplayReport) {

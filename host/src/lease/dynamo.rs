@@ -23,15 +23,17 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
-    ScalarAttributeType,
+    ScalarAttributeType, TableStatus,
 };
-use aws_sdk_dynamodb::client::Waiters;
 use aws_sdk_dynamodb::Client;
 
 use super::{Checkpoint, Lease, LeaseError, LeaseStore};
 use crate::aws::{AwsError, Service};
 
 type Item = HashMap<String, AttributeValue>;
+
+/// Longest wait for a new lease table to become active.
+const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A lease table in DynamoDB.
 #[derive(Clone, Debug)]
@@ -187,18 +189,24 @@ impl LeaseStore for DynamoStore {
             Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
             Err(e) => return Err(self.error("CreateTable", e)),
         }
-        self.client
-            .wait_until_table_exists()
-            .table_name(&self.table)
-            .wait(Duration::from_secs(120))
-            .await
-            .map_err(|e| {
-                LeaseError::Aws(AwsError::Service {
+        // The SDK's waiter sleeps 20 s before its first look; a new
+        // on-demand table is usually active well before that.
+        let deadline = tokio::time::Instant::now() + TABLE_ACTIVE_TIMEOUT;
+        loop {
+            let described = self.client.describe_table().table_name(&self.table).send().await;
+            let status = described.map_err(|e| self.error("DescribeTable", e))?.table.and_then(|t| t.table_status);
+            if status == Some(TableStatus::Active) {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(LeaseError::Aws(AwsError::Service {
                     operation: "DescribeTable",
                     code: "TableNotActive".into(),
-                    message: format!("the lease table `{}` did not become active: {e}", self.table),
-                })
-            })?;
+                    message: format!("the lease table `{}` is still {status:?} after {TABLE_ACTIVE_TIMEOUT:?}", self.table),
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
         Ok(())
     }
 
