@@ -169,10 +169,20 @@ impl<S: LeaseStore> Coordinator<S> {
             self.tracker.observe(&leases, now);
             let held: HashSet<String> = self.held.keys().cloned().collect();
             let plan = rules::plan_take(&leases, &self.worker_id, &held, &self.tracker, now, &self.settings, &mut self.rng);
+            // One conditional write per lease, all at once: a first pass over
+            // many shards should not wait on them one by one.
+            let mut attempts = tokio::task::JoinSet::new();
+            for (lease, stealing) in plan.take.into_iter().map(|l| (l, false)).chain(plan.steal.into_iter().map(|l| (l, true))) {
+                let (store, me) = (self.store.clone(), self.worker_id.clone());
+                attempts.spawn(async move {
+                    let sent = Instant::now();
+                    (store.take(&lease, &me).await, lease, stealing, sent)
+                });
+            }
             let mut lost_race = false;
-            for (lease, stealing) in plan.take.iter().map(|l| (l, false)).chain(plan.steal.iter().map(|l| (l, true))) {
-                let sent = Instant::now();
-                match self.store.take(lease, &self.worker_id).await? {
+            while let Some(attempt) = attempts.join_next().await {
+                let (result, lease, stealing, sent) = attempt.expect("a take does not panic");
+                match result? {
                     Some(updated) => {
                         if stealing {
                             tracing::info!(shard = %lease.key, from = ?lease.owner, "stole a lease to balance the load");

@@ -9,7 +9,7 @@
 
 mod consumer;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ use crate::aws::{AwsClients, AwsError};
 use crate::config::WorkerConfig;
 use crate::lease::coordinator::{Coordinator, HeldLease};
 use crate::lease::dynamo::DynamoStore;
-use crate::lease::{LeaseError, LeaseStore};
+use crate::lease::{Lease, LeaseError, LeaseStore};
 use crate::runtime::Processor;
 use crate::shard::{self, InitialPosition};
 use consumer::{Consumer, Outcome};
@@ -98,7 +98,7 @@ pub async fn run(
         });
     };
 
-    sync_shards(&config, &clients, store.as_ref()).await?;
+    sync_shards(&config, &clients, &store).await?;
     for held in coordinator.take_pass().await? {
         spawn(held, &mut consumers, &mut running);
     }
@@ -125,7 +125,7 @@ pub async fn run(
                 take_and_spawn(&mut coordinator, |h| spawn(h, &mut consumers, &mut running)).await;
             }
             _ = sync.tick() => {
-                if let Err(e) = sync_shards(&config, &clients, store.as_ref()).await {
+                if let Err(e) = sync_shards(&config, &clients, &store).await {
                     tracing::warn!("shard sync failed: {e}");
                 }
             }
@@ -137,7 +137,7 @@ pub async fn run(
                     coordinator.finished(&key);
                     summary.finished.push(key.clone());
                     // Children become ready the moment a parent ends: sync and take now.
-                    if let Err(e) = sync_shards(&config, &clients, store.as_ref()).await {
+                    if let Err(e) = sync_shards(&config, &clients, &store).await {
                         tracing::warn!("shard sync failed: {e}");
                     }
                     let taken = take_and_spawn(&mut coordinator, |h| spawn(h, &mut consumers, &mut running)).await;
@@ -189,13 +189,24 @@ async fn take_and_spawn<S: LeaseStore>(coordinator: &mut Coordinator<S>, mut spa
 
 /// Lists the stream's shards, creates the leases that are missing, and
 /// deletes finished leases whose children have all started.
-async fn sync_shards<S: LeaseStore>(config: &WorkerConfig, clients: &AwsClients, store: &S) -> Result<(), WorkerError> {
+async fn sync_shards<S: LeaseStore>(config: &WorkerConfig, clients: &AwsClients, store: &Arc<S>) -> Result<(), WorkerError> {
     let shards = shard::list_shards(&clients.kinesis, &config.stream).await?;
     let leases = store.list().await?;
-    for lease in shard::plan_new_leases(&shards, &leases, &config.initial_position) {
-        if store.create(&lease).await? {
-            tracing::info!(shard = %lease.key, checkpoint = %lease.checkpoint, parents = ?lease.parents, "created lease");
-        }
+    // Leases whose parents are not new are written all at once; a new
+    // child only after its new parents, so no child is ever without them.
+    let planned = shard::plan_new_leases(&shards, &leases, &config.initial_position);
+    let new_keys: HashSet<String> = planned.iter().map(|l| l.key.clone()).collect();
+    let (independent, dependent): (Vec<_>, Vec<_>) = planned.into_iter().partition(|l| l.parents.iter().all(|p| !new_keys.contains(p)));
+    let mut creates = JoinSet::new();
+    for lease in independent {
+        let store = store.clone();
+        creates.spawn(async move { store.create(&lease).await.map(|created| (created, lease)) });
+    }
+    while let Some(created) = creates.join_next().await {
+        log_created(created.expect("a create does not panic")?);
+    }
+    for lease in dependent {
+        log_created((store.create(&lease).await?, lease));
     }
     for key in shard::plan_cleanup(&leases) {
         if store.delete_finished(&key).await? {
@@ -203,4 +214,10 @@ async fn sync_shards<S: LeaseStore>(config: &WorkerConfig, clients: &AwsClients,
         }
     }
     Ok(())
+}
+
+fn log_created((created, lease): (bool, Lease)) {
+    if created {
+        tracing::info!(shard = %lease.key, checkpoint = %lease.checkpoint, parents = ?lease.parents, "created lease");
+    }
 }
