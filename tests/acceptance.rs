@@ -22,6 +22,11 @@ fn guest(name: &str) -> String {
     path.display().to_string()
 }
 
+/// The compile cache the tests share, so each component compiles once per machine.
+fn cache_dir() -> String {
+    std::env::temp_dir().join("kcl-host-test-cache").display().to_string()
+}
+
 fn payloads(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -32,7 +37,7 @@ fn start(guest_name: &str, stream: &str, application: &str, worker: &str) -> Kcl
         env!("CARGO_BIN_EXE_kcl-host").as_ref(),
         &[
             "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
-            "--idle-time-between-reads", "200ms", "--no-cache",
+            "--idle-time-between-reads", "200ms", "--cache-dir", &cache_dir(),
         ],
     )
 }
@@ -65,6 +70,16 @@ fn count_lines(log: &[String], needle: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_reshard_is_processed_end_to_end() {
+    seed_scenario("counter").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_reshard_is_processed_end_to_end_by_the_go_counter() {
+    seed_scenario("go-counter").await;
+}
+
+/// The seed's scenario with a counter processor (Rust or Go, same logic).
+async fn seed_scenario(counter: &str) {
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("seed"), 1).await;
     let parent = stream.shards().await[0].id.clone();
@@ -82,7 +97,7 @@ async fn the_seeds_reshard_is_processed_end_to_end() {
     // The counter guest checkpoints every 100 records and never in shutdown:
     // on the parent (50 records) it never checkpoints at all.
     let application = unique("seed-app");
-    let mut host = start("counter", &stream.name, &application, "worker-1");
+    let mut host = start(counter, &stream.name, &application, "worker-1");
     host.wait_for("all 110 records", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 110).await;
     let delivered = host.delivered().await;
     let (status, log) = host.interrupt().await;
@@ -204,7 +219,7 @@ async fn after_a_crash_another_worker_resumes_from_the_last_checkpoint() {
         env!("CARGO_BIN_EXE_kcl-host").as_ref(),
         &[
             "run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", "worker-2",
-            "--failover-time", "1s", "--idle-time-between-reads", "200ms", "--no-cache",
+            "--failover-time", "1s", "--idle-time-between-reads", "200ms", "--cache-dir", &cache_dir(),
         ],
     );
     second.wait_for("the records after the checkpoint", LIMIT, |log| {
@@ -277,7 +292,7 @@ async fn two_workers_share_a_stream_and_balance() {
             env!("CARGO_BIN_EXE_kcl-host").as_ref(),
             &[
                 "run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", id,
-                "--failover-time", "1s", "--idle-time-between-reads", "200ms", "--no-cache",
+                "--failover-time", "1s", "--idle-time-between-reads", "200ms", "--cache-dir", &cache_dir(),
             ],
         )
     };

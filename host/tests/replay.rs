@@ -11,7 +11,7 @@ fn replay(processor: &str, args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_kcl-host"))
         .arg("replay")
         .arg(guest(processor))
-        .args(["--input", sample, "--no-cache"])
+        .args(["--input", sample, "--cache-dir", &support::test_cache_dir()])
         .args(args)
         .env("NO_COLOR", "1")
         .output()
@@ -25,7 +25,7 @@ fn replay(processor: &str, args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn every_example_replays_the_sample() {
-    for example in ["noop", "counter", "json-aggregate"] {
+    for example in ["noop", "counter", "json-aggregate", "go-counter", "go-json-aggregate"] {
         let (code, stdout, stderr) = replay(example, &["--batch-size", "2"]);
         assert_eq!(code, 0, "{example}:\n{stdout}\n{stderr}");
         assert!(stdout.contains("replayed 5 records in 3 batches"), "{example}: {stdout}");
@@ -33,8 +33,14 @@ fn every_example_replays_the_sample() {
 }
 
 #[test]
-fn the_aggregate_checkpoints_each_batch_and_totals_per_user() {
-    let (code, stdout, stderr) = replay("json-aggregate", &["--batch-size", "2"]);
+fn the_aggregates_checkpoint_each_batch_and_total_per_user() {
+    for example in ["json-aggregate", "go-json-aggregate"] {
+        check_aggregate(example);
+    }
+}
+
+fn check_aggregate(example: &str) {
+    let (code, stdout, stderr) = replay(example, &["--batch-size", "2"]);
     assert_eq!(code, 0, "{stderr}");
     let checkpoints: Vec<&str> = stdout.lines().filter(|l| l.starts_with("checkpoint ")).collect();
     assert_eq!(checkpoints.len(), 3, "one per batch: {stdout}");
@@ -54,4 +60,28 @@ fn a_malformed_line_is_reported_with_its_number() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr.contains("input line 2: not a record object"), "{stderr}");
+}
+
+/// Large batches are where Go's collector used to run inside the host's
+/// allocator calls and trap; the SDK defers collection to the end of each call.
+#[test]
+fn go_guests_take_batches_of_10000_records_of_1_kib() {
+    let input = std::env::temp_dir().join(format!("kcl-host-big-{}.jsonl", std::process::id()));
+    let line = |i: usize| {
+        let event = format!(r#"{{"user":"u{}","kind":"purchase","amount":1,"pad":"{}"}}"#, i % 10, "x".repeat(960));
+        serde_json::json!({ "data": event }).to_string()
+    };
+    std::fs::write(&input, (0..10_000).map(line).collect::<Vec<_>>().join("\n")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kcl-host"))
+        .arg("replay")
+        .arg(guest("go-json-aggregate"))
+        .args(["--input", input.to_str().unwrap(), "--batch-size", "10000", "--cache-dir", &support::test_cache_dir()])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("replayed 10000 records in 1 batches"), "{stdout}");
+    assert!(stderr.contains("10000 purchases, 0 rejected, 10 users"), "{stderr}");
 }

@@ -15,9 +15,15 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-/// A runtime whose compile cache is shared by the tests (not the user's).
+/// The compile cache the tests share (not the user's): a debug build takes
+/// seconds to compile a Go component, so each is compiled once.
+pub fn test_cache_dir() -> String {
+    std::env::temp_dir().join("kcl-host-test-cache").display().to_string()
+}
+
+/// A runtime that uses the tests' compile cache.
 pub fn runtime(config: RuntimeConfig) -> Runtime {
-    let cache_dir = Some(std::env::temp_dir().join("kcl-host-test-cache"));
+    let cache_dir = Some(test_cache_dir().into());
     Runtime::new(RuntimeConfig { cache_dir, max_instances: 16, ..config }).unwrap()
 }
 

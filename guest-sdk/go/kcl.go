@@ -1,0 +1,296 @@
+// Package kcl writes kcl-host record processors in Go.
+//
+// A processor serves one Kinesis shard at a time. kcl-host owns the shard's
+// lifecycle — leases, fetching, retries, and the SHARD_END checkpoint once a
+// closed shard is done — so a processor only handles records and says how
+// far it got.
+//
+// Implement RecordProcessor and register a constructor in init:
+//
+//	type counter struct{ seen int }
+//
+//	func (c *counter) Initialize(shard kcl.ShardInfo) error { return nil }
+//
+//	func (c *counter) ProcessRecords(batch kcl.Batch, cp *kcl.Checkpointer) error {
+//		c.seen += len(batch.Records)
+//		if err := cp.Checkpoint(); err != nil {
+//			return kcl.Retryable(err)
+//		}
+//		return nil
+//	}
+//
+//	func (c *counter) Shutdown(reason kcl.ShutdownReason, cp *kcl.Checkpointer) error { return nil }
+//
+//	func init() { kcl.Register(func() kcl.RecordProcessor { return &counter{} }) }
+//
+//	func main() {}
+//
+// Build it into a component with scripts/build-go.sh (mainline Go 1.27,
+// GOOS=wasip1 c-shared, wasm-tools and the WASI reactor adapter). TinyGo is
+// not tested.
+package kcl
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"time"
+
+	witTypes "go.bytecodealliance.org/pkg/wit/types"
+	export "kclhost.dev/kcl/internal/wit/exports/export_kcl_processor_record_processor"
+	_ "kclhost.dev/kcl/internal/wit/exports/wit_exports" // the component's exports
+	"kclhost.dev/kcl/internal/wit/imports/kcl_processor_checkpointer"
+	"kclhost.dev/kcl/internal/wit/imports/kcl_processor_log"
+	wit "kclhost.dev/kcl/internal/wit/imports/kcl_processor_types"
+)
+
+// Record is one Kinesis record.
+type Record struct {
+	// Data is the payload as the producer wrote it.
+	Data           []byte
+	PartitionKey   string
+	SequenceNumber string
+	// SubSequenceNumber is set for a user record de-aggregated from a KPL record.
+	SubSequenceNumber *uint64
+	// ApproximateArrival is when Kinesis accepted the record.
+	ApproximateArrival time.Time
+	// ExplicitHashKey is empty when the producer set none.
+	ExplicitHashKey string
+}
+
+// Batch is records in shard order.
+type Batch struct {
+	Records []Record
+	// MillisBehindLatest is how far this batch is behind the tip of the shard.
+	MillisBehindLatest uint64
+}
+
+// ShardInfo is the shard a processor serves and where delivery starts.
+type ShardInfo struct {
+	StreamName string
+	ShardID    string
+	// StartingCheckpoint is the last checkpointed sequence number, or
+	// TRIM_HORIZON, LATEST or AT_TIMESTAMP for a shard never checkpointed.
+	StartingCheckpoint        string
+	StartingSubSequenceNumber *uint64
+}
+
+// ShutdownReason says why a processor is being shut down.
+type ShutdownReason uint8
+
+const (
+	// ShardEnd: every record was delivered; the host writes SHARD_END once
+	// Shutdown returns nil. There is no need to checkpoint.
+	ShardEnd ShutdownReason = iota
+	// LeaseLost: another worker holds the lease; checkpoints are refused.
+	LeaseLost
+	// Requested: the worker is stopping; the last chance to checkpoint.
+	Requested
+)
+
+func (r ShutdownReason) String() string {
+	switch r {
+	case ShardEnd:
+		return "ShardEnd"
+	case LeaseLost:
+		return "LeaseLost"
+	case Requested:
+		return "Requested"
+	}
+	return fmt.Sprintf("ShutdownReason(%d)", uint8(r))
+}
+
+// RecordProcessor handles one shard, from Initialize to Shutdown.
+//
+// An error returned from a method is fatal (the host restarts the shard
+// from its last checkpoint, after a backoff) unless wrapped with Retryable
+// (the host delivers the same batch again).
+type RecordProcessor interface {
+	Initialize(shard ShardInfo) error
+	ProcessRecords(batch Batch, checkpointer *Checkpointer) error
+	Shutdown(reason ShutdownReason, checkpointer *Checkpointer) error
+}
+
+type retryable struct{ err error }
+
+func (r retryable) Error() string { return r.err.Error() }
+func (r retryable) Unwrap() error { return r.err }
+
+// Retryable marks err as transient: the host delivers the same batch again.
+func Retryable(err error) error { return retryable{err} }
+
+// Register sets the constructor of the processor; call it once, from init.
+func Register(newProcessor func() RecordProcessor) {
+	export.Handler = &handler{newProcessor: newProcessor}
+}
+
+func init() {
+	// The garbage collector must not run inside the host's calls into the
+	// component's allocator (wasmtime traps with "cannot leave component
+	// instance"); it runs at the end of each call instead.
+	debug.SetGCPercent(-1)
+}
+
+type handler struct {
+	newProcessor func() RecordProcessor
+	processor    RecordProcessor
+}
+
+var checkpointer = &Checkpointer{}
+
+func outcome(err error) export.Outcome {
+	if err == nil {
+		return witTypes.Ok[witTypes.Unit, wit.ProcessorError](witTypes.Unit{})
+	}
+	var r retryable
+	if errors.As(err, &r) {
+		return witTypes.Err[witTypes.Unit](wit.MakeProcessorErrorRetryable(err.Error()))
+	}
+	return witTypes.Err[witTypes.Unit](wit.MakeProcessorErrorFatal(err.Error()))
+}
+
+func optional(o witTypes.Option[uint64]) *uint64 {
+	if o.IsNone() {
+		return nil
+	}
+	v := o.Some()
+	return &v
+}
+
+func (h *handler) Initialize(shard wit.ShardInfo) export.Outcome {
+	defer runtime.GC()
+	processor := h.newProcessor()
+	err := processor.Initialize(ShardInfo{
+		StreamName:                shard.StreamName,
+		ShardID:                   shard.ShardId,
+		StartingCheckpoint:        shard.StartingCheckpoint,
+		StartingSubSequenceNumber: optional(shard.StartingSubSequenceNumber),
+	})
+	if err == nil {
+		h.processor = processor
+	}
+	return outcome(err)
+}
+
+func (h *handler) ProcessRecords(batch wit.Batch) export.Outcome {
+	defer runtime.GC()
+	if h.processor == nil {
+		return outcome(errors.New("process-records was called before initialize"))
+	}
+	records := make([]Record, len(batch.Records))
+	for i, r := range batch.Records {
+		records[i] = Record{
+			Data:               r.Data,
+			PartitionKey:       r.PartitionKey,
+			SequenceNumber:     r.SequenceNumber,
+			SubSequenceNumber:  optional(r.SubSequenceNumber),
+			ApproximateArrival: time.UnixMilli(int64(r.ApproximateArrivalTimestampMs)),
+			ExplicitHashKey:    r.ExplicitHashKey.SomeOr(""),
+		}
+	}
+	return outcome(h.processor.ProcessRecords(Batch{Records: records, MillisBehindLatest: batch.MillisBehindLatest}, checkpointer))
+}
+
+func (h *handler) Shutdown(reason wit.ShutdownReason) export.Outcome {
+	defer runtime.GC()
+	if h.processor == nil {
+		return outcome(errors.New("shutdown was called before initialize"))
+	}
+	err := h.processor.Shutdown(ShutdownReason(reason), checkpointer)
+	h.processor = nil
+	return outcome(err)
+}
+
+// CheckpointError is why the host refused a checkpoint. Nothing was recorded.
+type CheckpointError struct {
+	Kind    CheckpointErrorKind
+	Message string
+}
+
+// CheckpointErrorKind tells refusals apart.
+type CheckpointErrorKind uint8
+
+const (
+	// CheckpointLeaseLost: this worker no longer holds the shard's lease.
+	CheckpointLeaseLost CheckpointErrorKind = iota
+	// CheckpointInvalidSequenceNumber: not delivered yet, or before the last checkpoint.
+	CheckpointInvalidSequenceNumber
+	// CheckpointUnavailable: the lease table could not be written; try again later.
+	CheckpointUnavailable
+)
+
+func (e *CheckpointError) Error() string {
+	switch e.Kind {
+	case CheckpointLeaseLost:
+		return "the lease on this shard was lost"
+	case CheckpointInvalidSequenceNumber:
+		return "invalid checkpoint: " + e.Message
+	default:
+		return "checkpoint store unavailable: " + e.Message
+	}
+}
+
+// Checkpointer records how far the shard has been processed.
+type Checkpointer struct{}
+
+func checkpointResult(result witTypes.Result[witTypes.Unit, wit.CheckpointError]) error {
+	if result.IsOk() {
+		return nil
+	}
+	e := result.Err()
+	switch e.Tag() {
+	case wit.CheckpointError_LeaseLost:
+		return &CheckpointError{Kind: CheckpointLeaseLost}
+	case wit.CheckpointError_InvalidSequenceNumber:
+		return &CheckpointError{Kind: CheckpointInvalidSequenceNumber, Message: e.InvalidSequenceNumber()}
+	default:
+		return &CheckpointError{Kind: CheckpointUnavailable, Message: e.Unavailable()}
+	}
+}
+
+// Checkpoint records the last record delivered so far.
+func (*Checkpointer) Checkpoint() error {
+	return checkpointResult(kcl_processor_checkpointer.Checkpoint())
+}
+
+// CheckpointAt records record, which must already have been delivered.
+func (c *Checkpointer) CheckpointAt(record Record) error {
+	return c.CheckpointAtSequence(record.SequenceNumber, record.SubSequenceNumber)
+}
+
+// CheckpointAtSequence records a sequence number already delivered on this shard.
+func (*Checkpointer) CheckpointAtSequence(sequenceNumber string, subSequenceNumber *uint64) error {
+	sub := witTypes.None[uint64]()
+	if subSequenceNumber != nil {
+		sub = witTypes.Some(*subSequenceNumber)
+	}
+	return checkpointResult(kcl_processor_checkpointer.CheckpointAt(sequenceNumber, sub))
+}
+
+// Level is a log level.
+type Level = kcl_processor_log.Level
+
+// Log levels.
+const (
+	LevelTrace Level = kcl_processor_log.Level_Trace
+	LevelDebug Level = kcl_processor_log.Level_Debug
+	LevelInfo  Level = kcl_processor_log.Level_Info
+	LevelWarn  Level = kcl_processor_log.Level_Warn
+	LevelError Level = kcl_processor_log.Level_Error
+)
+
+// Logf sends one line to the host log, tagged with the shard. (Anything
+// printed to stdout or stderr reaches the host log too.)
+func Logf(level Level, format string, args ...any) {
+	kcl_processor_log.Log(level, fmt.Sprintf(format, args...))
+}
+
+// Infof logs at info level.
+func Infof(format string, args ...any) { Logf(LevelInfo, format, args...) }
+
+// Warnf logs at warn level.
+func Warnf(format string, args ...any) { Logf(LevelWarn, format, args...) }
+
+// Errorf logs at error level.
+func Errorf(format string, args ...any) { Logf(LevelError, format, args...) }
