@@ -4,7 +4,6 @@
 //! Run with `bash scripts/build-guests.sh && cargo bench -p kcl-host --bench runtime`;
 //! figures go in docs/BENCHMARKS.md.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
@@ -12,6 +11,7 @@ use kcl_example_json_aggregate::Totals;
 use kcl_host::runtime::bindings::{Batch, KinesisRecord, ShardInfo};
 use kcl_host::runtime::sequence::Position;
 use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInstance};
+use kcl_testkit::guest;
 
 const BATCH: usize = 500;
 const RECORD_BYTES: usize = 1024;
@@ -23,12 +23,6 @@ impl CheckpointSink for Discard {
     fn checkpoint(&mut self, _: Position) -> CheckpointFuture<'_> {
         Box::pin(async { Ok(()) })
     }
-}
-
-fn guest(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/build").join(format!("{name}.wasm"));
-    assert!(path.exists(), "{} is missing: run scripts/build-guests.sh", path.display());
-    path
 }
 
 /// 1 KiB JSON purchase events, padded with a note.
@@ -78,27 +72,32 @@ fn main() {
     let runtime = Runtime::new(RuntimeConfig { cache_dir: None, max_instances: IDLE_INSTANCES as u32 + 8, ..Default::default() }).unwrap();
     let noop = rt.block_on(Processor::load(&runtime, &guest("noop"))).unwrap();
     let aggregate = rt.block_on(Processor::load(&runtime, &guest("json-aggregate"))).unwrap();
+    let go_aggregate = rt.block_on(Processor::load(&runtime, &guest("go-json-aggregate"))).unwrap();
+    for name in ["noop", "json-aggregate", "go-json-aggregate"] {
+        println!("component-size/{name}: {} KiB", std::fs::metadata(guest(name)).unwrap().len() / 1024);
+    }
     let batch = batch();
 
-    // Idle memory: resident growth over many initialized instances.
-    for (name, processor) in [("noop", &noop), ("json-aggregate", &aggregate)] {
+    // Idle memory: resident growth over many initialized instances (fewer
+    // Go ones: each carries the Go runtime's heap).
+    for (name, processor, count) in [("noop", &noop, IDLE_INSTANCES), ("json-aggregate", &aggregate, IDLE_INSTANCES), ("go-json-aggregate", &go_aggregate, 100)] {
         let before = resident_bytes();
         let instances: Vec<_> = rt.block_on(async {
             let mut all = Vec::new();
-            for _ in 0..IDLE_INSTANCES {
+            for _ in 0..count {
                 all.push(instance(processor).await);
             }
             all
         });
-        let per_instance = (resident_bytes() - before) / IDLE_INSTANCES;
-        println!("idle-memory/{name}: {} KiB resident per instance ({IDLE_INSTANCES} instances)", per_instance / 1024);
+        let per_instance = (resident_bytes() - before) / count;
+        println!("idle-memory/{name}: {} KiB resident per instance ({count} instances)", per_instance / 1024);
         drop(instances);
     }
 
     let mut c = Criterion::default().configure_from_args().measurement_time(Duration::from_secs(5));
     let mut group = c.benchmark_group("process-records");
     group.throughput(Throughput::Elements(BATCH as u64));
-    for (name, processor) in [("noop", &noop), ("json-aggregate", &aggregate)] {
+    for (name, processor) in [("noop", &noop), ("json-aggregate", &aggregate), ("go-json-aggregate", &go_aggregate)] {
         let mut instance = rt.block_on(instance(processor));
         group.bench_function(BenchmarkId::new("wasm", name), |b| {
             b.iter(|| rt.block_on(instance.process_records(&batch)).unwrap())
@@ -116,8 +115,10 @@ fn main() {
 
     // Each instance is dropped inside the iteration: its pooling slot (and
     // fiber) must be free again for the next.
-    c.bench_function("instantiate-and-drop", |b| {
-        b.iter(|| drop(rt.block_on(noop.instantiate("shardId-000000000000", Box::new(Discard), None)).unwrap()))
-    });
+    for (name, processor) in [("noop", &noop), ("go-json-aggregate", &go_aggregate)] {
+        c.bench_function(&format!("instantiate-and-drop/{name}"), |b| {
+            b.iter(|| drop(rt.block_on(processor.instantiate("shardId-000000000000", Box::new(Discard), None)).unwrap()))
+        });
+    }
     c.final_summary();
 }

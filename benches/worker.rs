@@ -7,7 +7,6 @@
 //! Run with `bash scripts/servers.sh start && source .servers/env &&
 //! cargo bench -p kcl-host --bench worker`; figures go in docs/BENCHMARKS.md.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kcl_testkit::process::KclHost;
@@ -16,14 +15,8 @@ use kcl_testkit::{clients, unique, TestStream};
 const RUNS: usize = 3;
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn guest(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/build").join(format!("{name}.wasm"));
-    assert!(path.exists(), "{} is missing: run scripts/build-guests.sh", path.display());
-    path.display().to_string()
-}
-
 fn start(stream: &str, cache: &str) -> KclHost {
-    let processor = guest("counter");
+    let processor = kcl_testkit::guest("counter").display().to_string();
     let application = unique("bench-app");
     KclHost::spawn(
         env!("CARGO_BIN_EXE_kcl-host").as_ref(),

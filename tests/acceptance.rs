@@ -5,41 +5,38 @@
 //! (`scripts/test.sh` does both).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use kcl_host::lease::{Checkpoint, Lease};
 use kcl_testkit::process::{Delivered, KclHost};
-use kcl_testkit::{clients, leases, unique, TestStream};
+use kcl_testkit::{clients, leases, test_cache_dir, unique, TestStream};
+
+/// A guest's path, as an argument.
+fn guest(name: &str) -> String {
+    kcl_testkit::guest(name).display().to_string()
+}
 
 /// Generous: the servers are slow on a loaded 2-core machine. Nothing waits
 /// this long unless something is broken.
 const LIMIT: Duration = Duration::from_secs(90);
-
-fn guest(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/build").join(format!("{name}.wasm"));
-    assert!(path.exists(), "{} is missing: run scripts/build-guests.sh", path.display());
-    path.display().to_string()
-}
-
-/// The compile cache the tests share, so each component compiles once per machine.
-fn cache_dir() -> String {
-    std::env::temp_dir().join("kcl-host-test-cache").display().to_string()
-}
 
 fn payloads(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
 fn start(guest_name: &str, stream: &str, application: &str, worker: &str) -> KclHost {
-    let processor = guest(guest_name);
-    KclHost::spawn(
-        env!("CARGO_BIN_EXE_kcl-host").as_ref(),
-        &[
-            "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
-            "--idle-time-between-reads", "200ms", "--cache-dir", &cache_dir(),
-        ],
-    )
+    start_with(guest_name, stream, application, worker, &[])
+}
+
+/// `kcl-host run` with the tests' settings plus `extra` flags.
+fn start_with(guest_name: &str, stream: &str, application: &str, worker: &str, extra: &[&str]) -> KclHost {
+    let (processor, cache) = (guest(guest_name), test_cache_dir().display().to_string());
+    let mut args = vec![
+        "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
+        "--idle-time-between-reads", "200ms", "--cache-dir", &cache,
+    ];
+    args.extend_from_slice(extra);
+    KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args)
 }
 
 fn lease<'a>(leases: &'a [Lease], key: &str) -> &'a Lease {
@@ -214,14 +211,7 @@ async fn after_a_crash_another_worker_resumes_from_the_last_checkpoint() {
     let crashed = lease(&table, &shard);
     assert_eq!(crashed.owner.as_deref(), Some("worker-1"), "a crash releases nothing");
 
-    let processor = guest("counter");
-    let mut second = KclHost::spawn(
-        env!("CARGO_BIN_EXE_kcl-host").as_ref(),
-        &[
-            "run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", "worker-2",
-            "--failover-time", "1s", "--idle-time-between-reads", "200ms", "--cache-dir", &cache_dir(),
-        ],
-    );
+    let mut second = start_with("counter", &stream.name, &application, "worker-2", &["--failover-time", "1s"]);
     second.wait_for("the records after the checkpoint", LIMIT, |log| {
         log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 50
     }).await;
@@ -286,16 +276,7 @@ async fn two_workers_share_a_stream_and_balance() {
         all.extend(records);
     }
     let application = unique("pair-app");
-    let processor = guest("counter");
-    let worker = |id: &str| {
-        KclHost::spawn(
-            env!("CARGO_BIN_EXE_kcl-host").as_ref(),
-            &[
-                "run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", id,
-                "--failover-time", "1s", "--idle-time-between-reads", "200ms", "--cache-dir", &cache_dir(),
-            ],
-        )
-    };
+    let worker = |id: &str| start_with("counter", &stream.name, &application, id, &["--failover-time", "1s"]);
     let mut first = worker("worker-1");
     first.wait_for("all four shards", LIMIT, |log| log.iter().filter(|l| l.contains("initialize shardId")).count() >= 4).await;
     let mut second = worker("worker-2");

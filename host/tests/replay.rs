@@ -11,7 +11,7 @@ fn replay(processor: &str, args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_kcl-host"))
         .arg("replay")
         .arg(guest(processor))
-        .args(["--input", sample, "--cache-dir", &support::test_cache_dir()])
+        .args(["--input", sample, "--cache-dir"]).arg(support::test_cache_dir())
         .args(args)
         .env("NO_COLOR", "1")
         .output()
@@ -75,7 +75,7 @@ fn go_guests_take_batches_of_10000_records_of_1_kib() {
     let output = Command::new(env!("CARGO_BIN_EXE_kcl-host"))
         .arg("replay")
         .arg(guest("go-json-aggregate"))
-        .args(["--input", input.to_str().unwrap(), "--batch-size", "10000", "--cache-dir", &support::test_cache_dir()])
+        .args(["--input", input.to_str().unwrap(), "--batch-size", "10000", "--cache-dir"]).arg(support::test_cache_dir())
         .env("NO_COLOR", "1")
         .output()
         .unwrap();

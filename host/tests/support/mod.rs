@@ -2,29 +2,16 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kcl_host::runtime::bindings::{Batch, KinesisRecord, ShardInfo};
 use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
 
-/// A guest built by `scripts/build-guests.sh`.
-pub fn guest(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/build").join(format!("{name}.wasm"));
-    assert!(path.exists(), "{} is missing: run scripts/build-guests.sh first", path.display());
-    path
-}
-
-/// The compile cache the tests share (not the user's): a debug build takes
-/// seconds to compile a Go component, so each is compiled once.
-pub fn test_cache_dir() -> String {
-    std::env::temp_dir().join("kcl-host-test-cache").display().to_string()
-}
+pub use kcl_testkit::{guest, test_cache_dir};
 
 /// A runtime that uses the tests' compile cache.
 pub fn runtime(config: RuntimeConfig) -> Runtime {
-    let cache_dir = Some(test_cache_dir().into());
-    Runtime::new(RuntimeConfig { cache_dir, max_instances: 16, ..config }).unwrap()
+    Runtime::new(RuntimeConfig { cache_dir: Some(test_cache_dir()), max_instances: 16, ..config }).unwrap()
 }
 
 pub async fn load(name: &str) -> Processor {

@@ -3,6 +3,7 @@
 
 pub mod process;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use aws_sdk_kinesis::client::Waiters;
@@ -12,6 +13,20 @@ use kcl_host::aws::{AwsClients, AwsSettings};
 use kcl_host::lease::dynamo::DynamoStore;
 use kcl_host::lease::{Lease, LeaseStore};
 use kcl_host::shard::{self, Shard};
+
+/// A guest component built by `scripts/build-guests.sh`, by name
+/// (`counter`, `go-json-aggregate`, ...).
+pub fn guest(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/build").join(format!("{name}.wasm"));
+    assert!(path.exists(), "{} is missing: run scripts/build-guests.sh first", path.display());
+    path
+}
+
+/// The compile cache tests and benchmarks share (not the user's): a debug
+/// build takes seconds to compile a Go component, so each compiles once.
+pub fn test_cache_dir() -> PathBuf {
+    std::env::temp_dir().join("kcl-host-test-cache")
+}
 
 /// A name no other test run uses.
 pub fn unique(prefix: &str) -> String {
