@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"time"
 
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
@@ -128,8 +129,22 @@ func Register(newProcessor func() RecordProcessor) {
 func init() {
 	// The garbage collector must not run inside the host's calls into the
 	// component's allocator (wasmtime traps with "cannot leave component
-	// instance"); it runs at the end of each call instead.
+	// instance"): it is off, and collect runs it at the end of a call.
 	debug.SetGCPercent(-1)
+}
+
+// collectAbove is how much heap may build up before collect runs the
+// collector; collecting after every call would cost more than the calls.
+const collectAbove = 32 << 20
+
+var heapSample = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+
+// collect runs the garbage collector once the heap has grown past collectAbove.
+func collect() {
+	metrics.Read(heapSample)
+	if heapSample[0].Value.Uint64() > collectAbove {
+		runtime.GC()
+	}
 }
 
 type handler struct {
@@ -159,7 +174,7 @@ func optional(o witTypes.Option[uint64]) *uint64 {
 }
 
 func (h *handler) Initialize(shard wit.ShardInfo) export.Outcome {
-	defer runtime.GC()
+	defer collect()
 	processor := h.newProcessor()
 	err := processor.Initialize(ShardInfo{
 		StreamName:                shard.StreamName,
@@ -174,7 +189,7 @@ func (h *handler) Initialize(shard wit.ShardInfo) export.Outcome {
 }
 
 func (h *handler) ProcessRecords(batch wit.Batch) export.Outcome {
-	defer runtime.GC()
+	defer collect()
 	if h.processor == nil {
 		return outcome(errors.New("process-records was called before initialize"))
 	}
@@ -193,7 +208,7 @@ func (h *handler) ProcessRecords(batch wit.Batch) export.Outcome {
 }
 
 func (h *handler) Shutdown(reason wit.ShutdownReason) export.Outcome {
-	defer runtime.GC()
+	defer collect()
 	if h.processor == nil {
 		return outcome(errors.New("shutdown was called before initialize"))
 	}
