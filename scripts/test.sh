@@ -9,4 +9,11 @@ bash scripts/servers.sh start
 trap 'bash scripts/servers.sh stop' EXIT
 # shellcheck disable=SC1091
 source .servers/env
-cargo test "$@"
+log=$(mktemp)
+status=0
+cargo test "$@" 2>&1 | tee "$log" || status=$?
+# One closing line for the whole run (cargo's last line is its doc-tests').
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
+exit "$status"
