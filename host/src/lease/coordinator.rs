@@ -149,15 +149,6 @@ impl<S: LeaseStore> Coordinator<S> {
         }
     }
 
-    pub fn worker_id(&self) -> &str {
-        &self.worker_id
-    }
-
-    /// The leases held now.
-    pub fn held(&self) -> impl Iterator<Item = &Arc<HeldLease<S>>> {
-        self.held.values()
-    }
-
     /// One take pass: reads the table and takes every lease the rules give
     /// this worker, re-reading when another worker won a race. Returns the
     /// leases newly taken.

@@ -47,11 +47,6 @@ impl DynamoStore {
         Self { client, table: table.into() }
     }
 
-    /// The table's name.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
     fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,

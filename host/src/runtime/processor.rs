@@ -58,7 +58,6 @@ pub struct Processor {
 struct Inner {
     runtime: Runtime,
     pre: ProcessorPre<ShardState>,
-    path: PathBuf,
 }
 
 impl Processor {
@@ -90,7 +89,7 @@ impl Processor {
         let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld { path: path.clone(), reason: format!("{e:#}") };
         let pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
         let pre = ProcessorPre::new(pre).map_err(wrong_world)?;
-        let processor = Self { inner: Arc::new(Inner { runtime: runtime.clone(), pre, path: path.clone() }) };
+        let processor = Self { inner: Arc::new(Inner { runtime: runtime.clone(), pre }) };
 
         // Export signatures are only checked when an instance is made.
         if let Err(e) = processor.instantiate("load-check", Box::new(NoCheckpoints), None).await {
@@ -102,11 +101,6 @@ impl Processor {
             return Err(LoadError::WrongWorld { path, reason });
         }
         Ok(processor)
-    }
-
-    /// The file this processor was loaded from.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
     }
 
     pub(crate) fn runtime(&self) -> &Runtime {
