@@ -7,6 +7,8 @@ use std::time::Duration;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use aws_sdk_kinesis::Client;
 use aws_smithy_types::DateTime;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::aws::{AwsError, Service};
@@ -127,6 +129,23 @@ impl Fetcher {
         }
     }
 
+    /// Moves the fetcher to a task of its own that reads ahead while the
+    /// caller processes: the next GetRecords overlaps the processor's call,
+    /// at most one batch ahead, in order.
+    pub fn prefetch(mut self) -> Prefetch {
+        let (tx, batches) = mpsc::channel(1);
+        let task = tokio::spawn(async move {
+            loop {
+                let fetched = self.next().await;
+                let last = !matches!(&fetched, Ok(f) if f.shard_end.is_none());
+                if tx.send(fetched).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        Prefetch { batches, task }
+    }
+
     async fn shard_iterator(&mut self) -> Result<String, AwsError> {
         let request = self.client.get_shard_iterator().stream_name(&self.stream).shard_id(&self.shard);
         let request = match &self.resume {
@@ -147,6 +166,31 @@ impl Fetcher {
         })?;
         self.iterator = Some(iterator.clone());
         Ok(iterator)
+    }
+}
+
+/// A fetcher running ahead in its own task; stops it when dropped.
+pub struct Prefetch {
+    batches: mpsc::Receiver<Result<Fetched, AwsError>>,
+    task: JoinHandle<()>,
+}
+
+impl Prefetch {
+    /// The next records, in order. Cancel-safe.
+    pub async fn next(&mut self) -> Result<Fetched, AwsError> {
+        self.batches.recv().await.unwrap_or_else(|| {
+            Err(AwsError::Service {
+                operation: "GetRecords",
+                code: "FetcherStopped".into(),
+                message: "the shard's reader stopped unexpectedly".into(),
+            })
+        })
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

@@ -121,7 +121,7 @@ impl<S: LeaseStore> Consumer<S> {
         if let Err(e) = instance.initialize(&info).await {
             return Interrupt::Failed(format!("initialize failed: {e}"));
         }
-        let mut fetcher = Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, self.fetch.clone());
+        let mut fetcher = Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, self.fetch.clone()).prefetch();
         loop {
             let fetched = tokio::select! {
                 fetched = fetcher.next() => fetched,
