@@ -89,8 +89,7 @@ impl<S: LeaseStore> HeldLease<S> {
         let sent = Instant::now();
         match self.store.checkpoint(&lease, &checkpoint, children).await {
             Ok(Some(updated)) => {
-                *lease = updated;
-                *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
+                self.written(&mut lease, updated, sent);
                 Ok(())
             }
             Ok(None) => {
@@ -99,6 +98,13 @@ impl<S: LeaseStore> HeldLease<S> {
             }
             Err(e) => Err(CheckpointFailure::Unavailable(e.to_string())),
         }
+    }
+
+    /// Keeps the row a successful write left, and extends validity from when
+    /// that write was sent.
+    fn written(&self, lease: &mut Lease, updated: Lease, sent: Instant) {
+        *lease = updated;
+        *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
     }
 
     /// Bumps the counter. `false` when the lease is lost (taken by another
@@ -111,8 +117,7 @@ impl<S: LeaseStore> HeldLease<S> {
         let sent = Instant::now();
         match self.store.renew(&lease).await {
             Ok(Some(updated)) => {
-                *lease = updated;
-                *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
+                self.written(&mut lease, updated, sent);
                 true
             }
             Ok(None) => false,
