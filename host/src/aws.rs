@@ -17,6 +17,10 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, ConfigLoader, Region};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
+/// Longest one attempt of a Kinesis or DynamoDB call may take (GetRecords
+/// answers within a few seconds; a lease write within milliseconds).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Settings that override the standard chain.
 #[derive(Clone, Debug, Default)]
 pub struct AwsSettings {
@@ -24,6 +28,9 @@ pub struct AwsSettings {
     pub profile: Option<String>,
     pub kinesis_endpoint: Option<String>,
     pub dynamodb_endpoint: Option<String>,
+    /// Per-attempt timeout of every call [default: 5 s]; the whole call,
+    /// retries included, gets three times that.
+    pub attempt_timeout: Option<Duration>,
 }
 
 /// The two clients a worker needs.
@@ -126,7 +133,15 @@ impl AwsClients {
         }
         let config = loader
             .retry_config(RetryConfig::standard().with_max_attempts(6).with_initial_backoff(Duration::from_millis(100)))
-            .timeout_config(TimeoutConfig::builder().connect_timeout(Duration::from_secs(3)).build())
+            // Every call has a deadline, so one hung request cannot hold up a
+            // renewal round or a reader; an attempt that times out is retried.
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(3))
+                    .operation_attempt_timeout(settings.attempt_timeout.unwrap_or(ATTEMPT_TIMEOUT))
+                    .operation_timeout(settings.attempt_timeout.unwrap_or(ATTEMPT_TIMEOUT) * 3)
+                    .build(),
+            )
             .load()
             .await;
         if config.region().is_none() {
@@ -232,6 +247,27 @@ mod tests {
     async fn no_region_is_a_clear_error() {
         let err = clients(&[], AwsSettings::default()).await.unwrap_err();
         assert!(err.to_string().contains("set AWS_REGION or pass --region"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_answers_times_out() {
+        // Accepts connections and never replies.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let env = [("AWS_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_DYNAMODB", url.as_str())];
+        let settings = AwsSettings { attempt_timeout: Some(Duration::from_millis(200)), ..Default::default() };
+        let c = clients(&env, settings).await.unwrap();
+        let call = c.dynamodb.list_tables().send();
+        let result = tokio::time::timeout(Duration::from_secs(30), call).await.expect("the call ends by itself");
+        let err = AwsError::from_sdk(Service::DynamoDb, "ListTables", "t", result.unwrap_err());
+        assert!(matches!(err, AwsError::Unreachable { .. }), "{err}");
+        hold.abort();
     }
 
     #[tokio::test]

@@ -2,7 +2,6 @@
 //! does the work.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -93,9 +92,9 @@ pub struct RunArgs {
     /// Records per GetRecords call, 1 to 10000 (maxRecords) [default: 10000].
     #[arg(long, env = "KCL_HOST_MAX_RECORDS")]
     pub max_records: Option<i32>,
-    /// Most processor instances alive at once (slots reserved up front).
-    #[arg(long, env = "KCL_HOST_MAX_INSTANCES", default_value_t = 1000)]
-    pub max_instances: u32,
+    /// Most processor instances alive at once (slots reserved up front); also caps --max-leases [default: 1000].
+    #[arg(long, env = "KCL_HOST_MAX_INSTANCES")]
+    pub max_instances: Option<u32>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
@@ -119,6 +118,8 @@ impl RunArgs {
             shard_sync_interval: self.shard_sync_interval.clone(),
             idle_time_between_reads: self.idle_time_between_reads.clone(),
             max_records: self.max_records,
+            max_instances: self.max_instances,
+            ..self.runtime.layer()
         }
     }
 }
@@ -147,13 +148,13 @@ pub struct ReplayArgs {
 /// Sandbox limits, shared by every command that runs a processor.
 #[derive(Debug, Args)]
 pub struct RuntimeArgs {
-    /// Most memory one processor instance may use, in MiB.
-    #[arg(long, env = "KCL_HOST_MEMORY_LIMIT_MIB", default_value_t = 256)]
-    pub memory_limit_mib: usize,
-    /// Longest one processor call may run, in seconds.
-    #[arg(long, env = "KCL_HOST_CALL_DEADLINE_SECS", default_value_t = 30)]
-    pub call_deadline_secs: u64,
-    /// Where compiled components are cached (default: ~/.cache/kcl-host).
+    /// Most memory one processor instance may use, in MiB [default: 256].
+    #[arg(long, env = "KCL_HOST_MEMORY_LIMIT_MIB")]
+    pub memory_limit_mib: Option<usize>,
+    /// Longest one processor call may run, like 30s or 500ms [default: 30s].
+    #[arg(long, env = "KCL_HOST_CALL_DEADLINE")]
+    pub call_deadline: Option<String>,
+    /// Where compiled components are cached [default: ~/.cache/kcl-host].
     #[arg(long, env = "KCL_HOST_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Compile the component on every start instead of caching it.
@@ -162,15 +163,20 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
-    /// The runtime settings these flags describe.
-    pub fn config(&self, max_instances: u32) -> RuntimeConfig {
-        let defaults = RuntimeConfig::default();
-        RuntimeConfig {
-            memory_limit: self.memory_limit_mib << 20,
-            call_deadline: Duration::from_secs(self.call_deadline_secs),
-            max_instances,
-            cache_dir: if self.no_cache { None } else { self.cache_dir.clone().or(defaults.cache_dir) },
+    /// These flags as a settings layer.
+    pub fn layer(&self) -> Layer {
+        Layer {
+            memory_limit_mib: self.memory_limit_mib,
+            call_deadline: self.call_deadline.clone(),
+            cache_dir: self.cache_dir.clone(),
+            no_cache: self.no_cache.then_some(true),
+            ..Layer::default()
         }
+    }
+
+    /// The runtime settings these flags describe (for commands with no config file).
+    pub fn config(&self) -> Result<RuntimeConfig, crate::config::ConfigError> {
+        self.layer().runtime()
     }
 }
 

@@ -13,9 +13,16 @@
 //! shard_sync_interval = "60s"        # shardSyncIntervalMillis
 //! idle_time_between_reads = "1s"     # idleTimeBetweenReadsInMillis
 //! max_records = 10000                # maxRecords
+//! memory_limit_mib = 256             # per processor instance
+//! call_deadline = "30s"              # longest one processor call may run
+//! max_instances = 1000               # processor instances at once (caps max_leases)
+//! cache_dir = "/var/cache/kcl-host"  # compiled components
+//! no_cache = false
 //! ```
+//!
+//! Durations are written with a unit: `500ms`, `10s`, `2m`, `1h`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aws_smithy_types::date_time::{DateTime, Format};
@@ -24,6 +31,7 @@ use serde::Deserialize;
 use crate::aws::AwsSettings;
 use crate::fetch::{FetchSettings, MAX_RECORDS_LIMIT};
 use crate::lease::rules::TakeSettings;
+use crate::runtime::RuntimeConfig;
 use crate::shard::InitialPosition;
 
 /// A setting that cannot be used, named with how to fix it.
@@ -56,6 +64,11 @@ pub struct Layer {
     pub shard_sync_interval: Option<String>,
     pub idle_time_between_reads: Option<String>,
     pub max_records: Option<i32>,
+    pub memory_limit_mib: Option<usize>,
+    pub call_deadline: Option<String>,
+    pub max_instances: Option<u32>,
+    pub cache_dir: Option<PathBuf>,
+    pub no_cache: Option<bool>,
 }
 
 impl Layer {
@@ -74,8 +87,24 @@ impl Layer {
         merge!(
             stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records
+            idle_time_between_reads, max_records, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
         )
+    }
+
+    /// The sandbox limits this layer (over the defaults) describes.
+    pub fn runtime(&self) -> Result<RuntimeConfig, ConfigError> {
+        let defaults = RuntimeConfig::default();
+        let memory_limit_mib = positive("memory_limit_mib", self.memory_limit_mib.unwrap_or(defaults.memory_limit >> 20))?;
+        Ok(RuntimeConfig {
+            memory_limit: memory_limit_mib.checked_mul(1 << 20).ok_or_else(|| ConfigError::Invalid {
+                setting: "memory_limit_mib",
+                value: memory_limit_mib.to_string(),
+                reason: "is larger than this machine can address".into(),
+            })?,
+            call_deadline: duration("call_deadline", self.call_deadline.as_deref(), defaults.call_deadline)?,
+            max_instances: positive("max_instances", self.max_instances.unwrap_or(defaults.max_instances) as usize)? as u32,
+            cache_dir: if self.no_cache == Some(true) { None } else { self.cache_dir.clone().or(defaults.cache_dir) },
+        })
     }
 }
 
@@ -93,11 +122,14 @@ pub struct WorkerConfig {
     /// and whenever a shard ends.
     pub shard_sync_interval: Duration,
     pub fetch: FetchSettings,
+    /// The sandbox of every processor instance.
+    pub runtime: RuntimeConfig,
 }
 
 impl WorkerConfig {
     /// Resolves a merged layer into a checked config.
     pub fn resolve(layer: Layer) -> Result<Self, ConfigError> {
+        let runtime = layer.runtime()?;
         let stream = layer.stream.ok_or(ConfigError::Missing { setting: "stream", flag: "stream", env: "STREAM" })?;
         let application = layer
             .application
@@ -106,7 +138,9 @@ impl WorkerConfig {
         let defaults = TakeSettings::default();
         let take = TakeSettings {
             failover_time: duration("failover_time", layer.failover_time.as_deref(), defaults.failover_time)?,
-            max_leases: positive("max_leases", layer.max_leases.unwrap_or(defaults.max_leases))?,
+            // Never more leases than processor instances: a lease without
+            // an instance would be held and not processed.
+            max_leases: positive("max_leases", layer.max_leases.unwrap_or(defaults.max_leases))?.min(runtime.max_instances as usize),
             max_leases_to_steal: layer.max_leases_to_steal.unwrap_or(defaults.max_leases_to_steal),
         };
         let fetch_defaults = FetchSettings::default();
@@ -127,6 +161,7 @@ impl WorkerConfig {
                 profile: layer.profile,
                 kinesis_endpoint: layer.kinesis_endpoint,
                 dynamodb_endpoint: layer.dynamodb_endpoint,
+                attempt_timeout: None,
             },
             initial_position,
             take,
@@ -139,6 +174,7 @@ impl WorkerConfig {
                     fetch_defaults.idle_time_between_reads,
                 )?,
             },
+            runtime,
         })
     }
 }
@@ -180,28 +216,35 @@ fn initial_position(position: Option<&str>, timestamp: Option<&str>) -> Result<I
     }
 }
 
-/// Parses `250ms`, `10s`, `2m`; a bare number is milliseconds (as the KCL's `...Millis`).
+/// The longest duration any setting takes: longer ones are typos, and
+/// would overflow the clock arithmetic they feed.
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses `250ms`, `10s`, `2m`, `1h`. A bare number is refused: its unit
+/// would be a guess.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let n: u64 = number.parse().ok()?;
+    let seconds = |factor: u64| n.checked_mul(factor).map(Duration::from_secs);
     match unit.trim() {
-        "" | "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n * 60)),
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(3600),
         _ => None,
     }
 }
 
 fn duration(setting: &'static str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(text) => parse_duration(text).filter(|d| !d.is_zero()).ok_or_else(|| ConfigError::Invalid {
-            setting,
-            value: text.to_owned(),
-            reason: "use a positive duration like 500ms, 10s or 2m".into(),
-        }),
+    let Some(text) = value else { return Ok(default) };
+    let invalid = |reason: &str| ConfigError::Invalid { setting, value: text.to_owned(), reason: reason.to_owned() };
+    match parse_duration(text) {
+        None => Err(invalid("use a duration with a unit, like 500ms, 10s, 2m or 1h")),
+        Some(d) if d.is_zero() => Err(invalid("must be longer than zero")),
+        Some(d) if d > MAX_DURATION => Err(invalid("must be at most 24h")),
+        Some(d) => Ok(d),
     }
 }
 
@@ -240,11 +283,31 @@ mod tests {
             (Layer { failover_time: Some("ten".into()), ..layer() }, "10s"),
             (Layer { max_records: Some(20_000), ..layer() }, "1 to 10000"),
             (Layer { max_leases: Some(0), ..layer() }, "at least 1"),
+            (Layer { failover_time: Some("1500".into()), ..layer() }, "with a unit"),
+            (Layer { failover_time: Some("0s".into()), ..layer() }, "longer than zero"),
+            (Layer { shard_sync_interval: Some("999999999999999999999m".into()), ..layer() }, "with a unit"),
+            (Layer { shard_sync_interval: Some("48h".into()), ..layer() }, "at most 24h"),
+            (Layer { call_deadline: Some("0ms".into()), ..layer() }, "longer than zero"),
+            (Layer { memory_limit_mib: Some(0), ..layer() }, "at least 1"),
         ];
         for (layer, words) in cases {
             let err = WorkerConfig::resolve(layer).unwrap_err().to_string();
             assert!(err.contains(words), "{err:?} should mention {words:?}");
         }
+    }
+
+    #[test]
+    fn sandbox_settings_have_file_keys_and_cap_the_leases() {
+        let file: Layer = toml::from_str(
+            "memory_limit_mib = 64\ncall_deadline = \"5s\"\nmax_instances = 8\ncache_dir = \"/tmp/c\"\nno_cache = true",
+        )
+        .unwrap();
+        let c = WorkerConfig::resolve(layer().over(file)).unwrap();
+        assert_eq!(c.runtime.memory_limit, 64 << 20);
+        assert_eq!(c.runtime.call_deadline, Duration::from_secs(5));
+        assert_eq!(c.runtime.max_instances, 8);
+        assert_eq!(c.runtime.cache_dir, None, "no_cache wins over cache_dir");
+        assert_eq!(c.take.max_leases, 8, "no more leases than instances");
     }
 
     #[test]
@@ -256,8 +319,10 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1500"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1500"), None, "a bare number has no unit");
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("2h"), None);
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("2d"), None);
+        assert_eq!(parse_duration("18446744073709551615m"), None, "overflow is refused, not a panic");
     }
 }

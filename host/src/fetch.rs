@@ -27,6 +27,9 @@ pub enum StartingPosition {
     Latest,
     /// Milliseconds since the Unix epoch.
     AtTimestamp(i64),
+    /// At a record (included): where a failed attempt that had no
+    /// checkpoint yet started delivering.
+    At(String),
     /// Just after a record already processed.
     After(Position),
 }
@@ -89,7 +92,10 @@ impl Fetcher {
         loop {
             let iterator = match &self.iterator {
                 Some(iterator) => iterator.clone(),
-                None => self.shard_iterator().await?,
+                None => match self.shard_iterator().await? {
+                    Some(iterator) => iterator,
+                    None => return Ok(Fetched { records: Vec::new(), millis_behind_latest: 0, shard_end: Some(BTreeSet::new()) }),
+                },
             };
             tokio::time::sleep_until(self.next_call).await;
             self.next_call = Instant::now() + MIN_CALL_INTERVAL;
@@ -114,9 +120,12 @@ impl Fetcher {
                 output.child_shards.unwrap_or_default().into_iter().map(|c| c.shard_id).collect::<BTreeSet<_>>()
             });
             if let Some(last) = records.last() {
-                self.resume = StartingPosition::After(
-                    Position::new(&last.sequence_number, None).expect("Kinesis sequence numbers are decimal"),
-                );
+                let position = Position::new(&last.sequence_number, None).map_err(|e| AwsError::Service {
+                    operation: "GetRecords",
+                    code: "BadSequenceNumber".into(),
+                    message: format!("{} returned a record that cannot be checkpointed: {e}", self.shard),
+                })?;
+                self.resume = StartingPosition::After(position);
             }
             self.iterator = output.next_shard_iterator;
             if records.is_empty() && shard_end.is_none() {
@@ -131,14 +140,19 @@ impl Fetcher {
 
     /// Moves the fetcher to a task of its own that reads ahead while the
     /// caller processes: the next GetRecords overlaps the processor's call,
-    /// at most one batch ahead, in order.
+    /// in order, exactly one batch ahead. A shard therefore holds at most two
+    /// GetRecords responses in memory (the batch being processed and the next
+    /// one), each at most 10 MB / `max_records` records.
     pub fn prefetch(mut self) -> Prefetch {
         let (tx, batches) = mpsc::channel(1);
         let task = tokio::spawn(async move {
             loop {
+                // Read only once the previous batch was taken by the caller.
+                let Ok(slot) = tx.reserve().await else { return };
                 let fetched = self.next().await;
                 let last = !matches!(&fetched, Ok(f) if f.shard_end.is_none());
-                if tx.send(fetched).await.is_err() || last {
+                slot.send(fetched);
+                if last {
                     return;
                 }
             }
@@ -146,7 +160,9 @@ impl Fetcher {
         Prefetch { batches, task }
     }
 
-    async fn shard_iterator(&mut self) -> Result<String, AwsError> {
+    /// A fresh iterator at the resume position; `None` when the shard is no
+    /// longer in the stream (past retention), which ends it like `SHARD_END`.
+    async fn shard_iterator(&mut self) -> Result<Option<String>, AwsError> {
         let request = self.client.get_shard_iterator().stream_name(&self.stream).shard_id(&self.shard);
         let request = match &self.resume {
             StartingPosition::TrimHorizon => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
@@ -154,18 +170,35 @@ impl Fetcher {
             StartingPosition::AtTimestamp(ms) => {
                 request.shard_iterator_type(ShardIteratorType::AtTimestamp).timestamp(DateTime::from_millis(*ms))
             }
+            StartingPosition::At(sequence_number) => request
+                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+                .starting_sequence_number(sequence_number),
             StartingPosition::After(position) => request
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
                 .starting_sequence_number(position.sequence_number()),
         };
-        let output = request.send().await.map_err(|e| AwsError::from_sdk(Service::Kinesis, "GetShardIterator", &self.stream, e))?;
+        let output = match request.send().await {
+            Ok(output) => output,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) && self.is_past_retention().await? => {
+                tracing::warn!(shard = %self.shard, "the shard is no longer in the stream (past retention): ending it as if at SHARD_END");
+                return Ok(None);
+            }
+            Err(e) => return Err(AwsError::from_sdk(Service::Kinesis, "GetShardIterator", &self.stream, e)),
+        };
         let iterator = output.shard_iterator.ok_or_else(|| AwsError::Service {
             operation: "GetShardIterator",
             code: "NoIterator".into(),
             message: format!("no iterator returned for {}", self.shard),
         })?;
         self.iterator = Some(iterator.clone());
-        Ok(iterator)
+        Ok(Some(iterator))
+    }
+
+    /// Whether the stream exists but no longer lists this shard. (A missing
+    /// stream is an error, never a reason to end shards.)
+    async fn is_past_retention(&self) -> Result<bool, AwsError> {
+        let shards = crate::shard::list_shards(&self.client, &self.stream).await?;
+        Ok(!shards.iter().any(|s| s.id == self.shard))
     }
 }
 

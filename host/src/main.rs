@@ -8,7 +8,7 @@ use kcl_host::cli::{Cli, Command, ReplayArgs, RunArgs};
 use kcl_host::config::{Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
 use kcl_host::runtime::bindings::ShardInfo;
-use kcl_host::runtime::{Processor, Runtime};
+use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -44,7 +44,8 @@ async fn run_replay(args: ReplayArgs) -> Result<(), String> {
     }
     .map_err(|e| format!("{}: {e}", args.input.display()))?;
 
-    let runtime = Runtime::new(args.runtime.config(2)).map_err(|e| format!("cannot start wasmtime: {e}"))?;
+    let config = RuntimeConfig { max_instances: 2, ..args.runtime.config().map_err(|e| e.to_string())? };
+    let runtime = Runtime::new(config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
     let shard = ShardInfo {
         stream_name: args.stream,
@@ -71,7 +72,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     };
     let config = WorkerConfig::resolve(args.layer().over(file)).map_err(|e| e.to_string())?;
     let shutdown = shutdown_signal();
-    let runtime = Runtime::new(args.runtime.config(args.max_instances)).map_err(|e| format!("cannot start wasmtime: {e}"))?;
+    let runtime = Runtime::new(config.runtime.clone()).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
     let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
     tracing::info!(

@@ -141,6 +141,43 @@ async fn an_endless_loop_hits_the_deadline() {
     assert_eq!(err, CallError::DeadlineExceeded(Duration::from_millis(200)));
 }
 
+/// Busy guests on every worker thread must not starve other tasks (lease
+/// renewals, I/O): a guest yields to the async runtime at every epoch tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinning_guests_leave_the_async_runtime_free() {
+    let config = RuntimeConfig { call_deadline: Duration::from_secs(2), ..Default::default() };
+    let processor = Processor::load(&runtime(config), &guest("faulty")).await.unwrap();
+    let mut spinners = tokio::task::JoinSet::new();
+    for i in 0..4 {
+        let processor = processor.clone();
+        spinners.spawn(async move {
+            let id = format!("s{i}");
+            let mut instance = processor.instantiate(&id, Box::new(Recorded::default()), None).await.unwrap();
+            instance.initialize(&shard(&id)).await.unwrap();
+            instance.process_records(&batch(1, &["spin"])).await.unwrap_err()
+        });
+    }
+    // A renewal-like task ticking every 50 ms while all four guests spin.
+    let ticker = tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_millis(50));
+        let mut last = tokio::time::Instant::now();
+        let mut longest = Duration::ZERO;
+        for _ in 0..20 {
+            interval.tick().await;
+            let now = tokio::time::Instant::now();
+            longest = longest.max(now - last);
+            last = now;
+        }
+        longest
+    });
+    let longest = ticker.await.unwrap();
+    while let Some(err) = spinners.join_next().await {
+        assert_eq!(err.unwrap(), CallError::DeadlineExceeded(Duration::from_secs(2)));
+    }
+    // Before guests yielded, the two worker threads were held for the whole 2 s deadline.
+    assert!(longest < Duration::from_millis(1000), "a 50 ms ticker waited {longest:?} while guests spun");
+}
+
 #[tokio::test]
 async fn unbounded_allocation_hits_the_memory_cap() {
     let config = RuntimeConfig { memory_limit: 32 << 20, ..Default::default() };

@@ -23,6 +23,8 @@ pub enum CheckpointFailure {
 /// and the shard's consumer (which checkpoints through it). Writes are
 /// serialized so each one is conditional on the counter the last one left.
 pub struct HeldLease<S> {
+    /// Unique per take: a lease taken again is a new `HeldLease`.
+    id: u64,
     key: String,
     store: Arc<S>,
     lease: Mutex<Lease>,
@@ -37,8 +39,9 @@ pub struct HeldLease<S> {
 }
 
 impl<S: LeaseStore> HeldLease<S> {
-    fn new(store: Arc<S>, lease: Lease, sent: Instant, stolen: bool, settings: TakeSettings) -> Self {
+    fn new(id: u64, store: Arc<S>, lease: Lease, sent: Instant, stolen: bool, settings: TakeSettings) -> Self {
         Self {
+            id,
             deliver_after: if stolen { sent + settings.failover_time } else { sent },
             key: lease.key.clone(),
             store,
@@ -52,6 +55,11 @@ impl<S: LeaseStore> HeldLease<S> {
     /// The shard id.
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// Tells this take of the lease from any other take of the same shard.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The lease as last written by this worker.
@@ -137,6 +145,7 @@ pub struct Coordinator<S> {
     tracker: ExpiryTracker,
     held: HashMap<String, Arc<HeldLease<S>>>,
     rng: fastrand::Rng,
+    next_id: u64,
 }
 
 /// How many times one pass re-reads the table after losing a race for a lease.
@@ -151,12 +160,15 @@ impl<S: LeaseStore> Coordinator<S> {
             tracker: ExpiryTracker::default(),
             held: HashMap::new(),
             rng: fastrand::Rng::new(),
+            next_id: 0,
         }
     }
 
     /// One take pass: reads the table and takes every lease the rules give
     /// this worker, re-reading when another worker won a race. Returns the
-    /// leases newly taken.
+    /// leases newly taken; the caller must start a consumer for each. A take
+    /// that fails is logged and left for the next pass; only a failed read
+    /// of the table (before anything was taken) is an error.
     pub async fn take_pass(&mut self) -> Result<Vec<Arc<HeldLease<S>>>, LeaseError> {
         let mut taken = Vec::new();
         for _ in 0..TAKE_ROUNDS {
@@ -178,16 +190,19 @@ impl<S: LeaseStore> Coordinator<S> {
             let mut lost_race = false;
             while let Some(attempt) = attempts.join_next().await {
                 let (result, lease, stealing, sent) = attempt.expect("a take does not panic");
-                match result? {
-                    Some(updated) => {
+                match result {
+                    Ok(Some(updated)) => {
                         if stealing {
                             tracing::info!(shard = %lease.key, from = ?lease.owner, "stole a lease to balance the load");
                         }
-                        let held = Arc::new(HeldLease::new(self.store.clone(), updated, sent, stealing, self.settings.clone()));
+                        self.next_id += 1;
+                        let held = Arc::new(HeldLease::new(self.next_id, self.store.clone(), updated, sent, stealing, self.settings.clone()));
                         self.held.insert(lease.key.clone(), held.clone());
                         taken.push(held);
                     }
-                    None => lost_race = true,
+                    Ok(None) => lost_race = true,
+                    // Leases already taken in this pass stay taken (and get consumers).
+                    Err(e) => tracing::warn!(shard = %lease.key, "could not take the lease (next pass tries again): {e}"),
                 }
             }
             if !lost_race {
@@ -215,6 +230,18 @@ impl<S: LeaseStore> Coordinator<S> {
     /// Stops tracking a lease whose shard was processed to its end.
     pub fn finished(&mut self, key: &str) {
         self.held.remove(key);
+    }
+
+    /// The consumer of `held` ended without finishing the shard (its
+    /// validity ran out before a renewal noticed, say). A lease is never
+    /// held without a consumer: this take is forgotten, so the next pass
+    /// takes the row again (if nobody else did) and starts a new consumer.
+    /// A newer take of the same shard is left alone.
+    pub fn consumer_ended(&mut self, held: &Arc<HeldLease<S>>) {
+        if self.held.get(held.key()).is_some_and(|current| Arc::ptr_eq(current, held)) {
+            held.mark_lost();
+            self.held.remove(held.key());
+        }
     }
 
     /// Gives one lease back (owner cleared) so other workers take it in their next pass.
@@ -252,6 +279,37 @@ mod tests {
         assert!(!held.is_valid());
         assert_eq!(store.get("s0").unwrap().checkpoint, Checkpoint::At(position));
         assert_eq!(a.renew_all().await.len(), 1, "the renewal notices too");
+    }
+
+    #[tokio::test]
+    async fn a_lease_whose_consumer_ended_is_taken_again() {
+        let store = Arc::new(MemoryStore::default());
+        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let first = a.take_pass().await.unwrap().pop().unwrap();
+        // The consumer stops (its validity ran out) while renewals still succeed.
+        a.consumer_ended(&first);
+        assert!(a.renew_all().await.is_empty());
+        let again = a.take_pass().await.unwrap();
+        assert_eq!(again.len(), 1, "the next pass takes it again, for a new consumer");
+        assert_ne!(again[0].id(), first.id());
+        // The old consumer's end, reported late, does not drop the new take.
+        a.consumer_ended(&first);
+        assert!(a.take_pass().await.unwrap().is_empty(), "still held by the new take");
+        assert!(again[0].is_valid());
+    }
+
+    #[tokio::test]
+    async fn a_failed_take_does_not_lose_the_others_of_the_pass() {
+        let store = Arc::new(MemoryStore::default());
+        for key in ["s0", "s1", "s2"] {
+            store.create(&Lease::new(key, Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        }
+        store.fail_takes_of("s1");
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let mut taken: Vec<String> = a.take_pass().await.unwrap().iter().map(|h| h.key().to_owned()).collect();
+        taken.sort();
+        assert_eq!(taken, ["s0", "s2"], "the takes that worked are returned, to be spawned");
     }
 
     #[tokio::test]

@@ -23,7 +23,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
-    ScalarAttributeType, TableStatus,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus,
 };
 use aws_sdk_dynamodb::Client;
 
@@ -79,18 +79,48 @@ impl DynamoStore {
         update.condition_expression(condition)
     }
 
-    /// Sends a conditional update: the new lease, or `None` if the condition failed.
-    async fn send_update(&self, operation: &'static str, update: UpdateItemFluentBuilder) -> Result<Option<Lease>, LeaseError> {
+    /// Sends a conditional update: the new lease, or `None` if the condition
+    /// failed. `is_ours` recognises the row our own write leaves: when the
+    /// SDK retried a write whose first attempt was applied (its answer lost),
+    /// the retry fails the condition, and the row shows it was us.
+    async fn send_update(
+        &self,
+        operation: &'static str,
+        lease: &Lease,
+        update: UpdateItemFluentBuilder,
+        is_ours: impl Fn(&Lease) -> bool,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let malformed = |reason: String| LeaseError::from(AwsError::Service { operation, code: "MalformedLease".into(), message: reason });
+        let update = update.return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         match update.send().await {
-            Ok(output) => {
-                let item = output.attributes.unwrap_or_default();
-                parse(&item).map(Some).map_err(|reason| {
-                    AwsError::Service { operation, code: "MalformedLease".into(), message: reason }.into()
-                })
-            }
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(None),
-            Err(e) => Err(self.error(operation, e)),
+            Ok(output) => parse(&output.attributes.unwrap_or_default()).map(Some).map_err(malformed),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                    // DynamoDB returns the row as it is; a server that does
+                    // not (dynalite) gets a consistent read instead.
+                    let current = match &failed.item {
+                        Some(item) => Some(parse(item).map_err(malformed)?),
+                        None => self.get(&lease.key).await?,
+                    };
+                    Ok(current.filter(|row| row.counter == lease.counter + 1 && is_ours(row)))
+                }
+                _ => Err(self.error(operation, e)),
+            },
         }
+    }
+
+    /// One row, read consistently; `None` if it is missing or unreadable.
+    async fn get(&self, key: &str) -> Result<Option<Lease>, LeaseError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.error("GetItem", e))?;
+        Ok(output.item.as_ref().and_then(|item| parse(item).ok()))
     }
 }
 
@@ -162,8 +192,8 @@ fn to_item(lease: &Lease) -> Item {
     item
 }
 
-impl LeaseStore for DynamoStore {
-    async fn ensure_table(&self) -> Result<(), LeaseError> {
+impl DynamoStore {
+    async fn create_table(&self) -> Result<(), LeaseError> {
         let created = self
             .client
             .create_table()
@@ -181,11 +211,35 @@ impl LeaseStore for DynamoStore {
             .await;
         match created {
             Ok(_) => tracing::info!(table = %self.table, "created the lease table"),
+            // Another worker created it first.
             Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
             Err(e) => return Err(self.error("CreateTable", e)),
         }
-        // The SDK's waiter sleeps 20 s before its first look; a new
-        // on-demand table is usually active well before that.
+        Ok(())
+    }
+
+    /// A lease table is keyed by `leaseKey` alone; any other table is not one.
+    fn check_key_schema(&self, schema: &[KeySchemaElement]) -> Result<(), LeaseError> {
+        let keys: Vec<String> = schema.iter().map(|k| format!("`{}` ({})", k.attribute_name(), k.key_type().as_str())).collect();
+        let is_lease_table = schema.len() == 1 && schema[0].attribute_name() == "leaseKey" && schema[0].key_type() == &KeyType::Hash;
+        if is_lease_table {
+            return Ok(());
+        }
+        Err(LeaseError::Aws(AwsError::Service {
+            operation: "DescribeTable",
+            code: "NotALeaseTable".into(),
+            message: format!(
+                "the table `{}` is keyed by {}, not by `leaseKey` (HASH), so it is not a KCL lease table; \
+                 --application names the lease table: choose an application name of its own",
+                self.table,
+                keys.join(", ")
+            ),
+        }))
+    }
+
+    /// Polls until the table is active. (The SDK's waiter sleeps 20 s
+    /// before its first look; a new on-demand table is active well before.)
+    async fn wait_active(&self) -> Result<(), LeaseError> {
         let deadline = tokio::time::Instant::now() + TABLE_ACTIVE_TIMEOUT;
         loop {
             let described = self.client.describe_table().table_name(&self.table).send().await;
@@ -203,6 +257,25 @@ impl LeaseStore for DynamoStore {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         Ok(())
+    }
+}
+
+impl LeaseStore for DynamoStore {
+    async fn ensure_table(&self) -> Result<(), LeaseError> {
+        // Describe first: a worker whose role may not create tables works
+        // on a table that exists.
+        match self.client.describe_table().table_name(&self.table).send().await {
+            Ok(described) => {
+                let table = described.table;
+                self.check_key_schema(table.as_ref().map_or(&[], |t| t.key_schema()))?;
+                if table.and_then(|t| t.table_status) == Some(TableStatus::Active) {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => self.create_table().await?,
+            Err(e) => return Err(self.error("DescribeTable", e)),
+        }
+        self.wait_active().await
     }
 
     async fn list(&self) -> Result<Vec<Lease>, LeaseError> {
@@ -250,12 +323,12 @@ impl LeaseStore for DynamoStore {
             .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
             .expression_attribute_values(":zero", number(0))
             .expression_attribute_values(":switches", number(switches));
-        self.send_update("UpdateItem (take lease)", update).await
+        self.send_update("UpdateItem (take lease)", lease, update, |row| row.is_owned_by(owner)).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Option<Lease>, LeaseError> {
         let update = self.conditional_update(lease, true).update_expression("SET leaseCounter = :next");
-        self.send_update("UpdateItem (renew lease)", update).await
+        self.send_update("UpdateItem (renew lease)", lease, update, |row| row.owner == lease.owner).await
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>) -> Result<Option<Lease>, LeaseError> {
@@ -271,12 +344,13 @@ impl LeaseStore for DynamoStore {
             expression.push_str(", childShardIds = :children");
             update = update.expression_attribute_values(":children", AttributeValue::Ss(children.iter().cloned().collect()));
         }
-        self.send_update("UpdateItem (checkpoint)", update.update_expression(expression)).await
+        let ours = |row: &Lease| row.owner == lease.owner && row.checkpoint == *checkpoint;
+        self.send_update("UpdateItem (checkpoint)", lease, update.update_expression(expression), ours).await
     }
 
     async fn evict(&self, lease: &Lease) -> Result<bool, LeaseError> {
         let update = self.conditional_update(lease, true).update_expression("SET leaseCounter = :next REMOVE leaseOwner");
-        Ok(self.send_update("UpdateItem (evict lease)", update).await?.is_some())
+        Ok(self.send_update("UpdateItem (evict lease)", lease, update, |row| row.owner.is_none()).await?.is_some())
     }
 
     async fn delete_finished(&self, key: &str) -> Result<bool, LeaseError> {

@@ -1,14 +1,17 @@
 //! An in-memory [`LeaseStore`] with the same conditional semantics as the
 //! DynamoDB one, for fast rule tests.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::{Checkpoint, Lease, LeaseError, LeaseStore};
+use crate::aws::AwsError;
 
 #[derive(Clone, Default)]
 pub(crate) struct MemoryStore {
     rows: Arc<Mutex<BTreeMap<String, Lease>>>,
+    /// Keys whose takes fail with a service error (fault injection).
+    failing_takes: Arc<Mutex<HashSet<String>>>,
 }
 
 impl MemoryStore {
@@ -27,6 +30,11 @@ impl MemoryStore {
 
     pub(crate) fn get(&self, key: &str) -> Option<Lease> {
         self.rows.lock().unwrap().get(key).cloned()
+    }
+
+    /// Makes every take of `key` fail as an unavailable table would.
+    pub(crate) fn fail_takes_of(&self, key: &str) {
+        self.failing_takes.lock().unwrap().insert(key.to_owned());
     }
 }
 
@@ -49,6 +57,10 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn take(&self, lease: &Lease, owner: &str) -> Result<Option<Lease>, LeaseError> {
+        if self.failing_takes.lock().unwrap().contains(&lease.key) {
+            let message = "injected failure".to_owned();
+            return Err(AwsError::Service { operation: "UpdateItem (take lease)", code: "InternalServerError".into(), message }.into());
+        }
         Ok(self.update(lease, false, |row| {
             if row.owner.as_deref() != Some(owner) {
                 row.owner_switches_since_checkpoint += 1;

@@ -22,10 +22,18 @@ pub trait CheckpointSink: Send {
 }
 
 /// A shard's checkpoint state inside one instance's store.
+///
+/// `checkpoint()` names the last record of the batch being processed while
+/// a `process-records` call runs, and the last record of the last batch that
+/// returned ok outside one: a batch that failed (or is waiting for a retry)
+/// is never checkpointed by a later `shutdown`.
 pub(crate) struct Checkpoints {
     sink: Box<dyn CheckpointSink>,
     last_checkpoint: Option<Position>,
-    last_delivered: Option<Position>,
+    /// The last record of the batch in the current `process-records` call.
+    in_call: Option<Position>,
+    /// The last record of the last batch the processor returned ok for.
+    acknowledged: Option<Position>,
     lease_lost: bool,
 }
 
@@ -34,18 +42,30 @@ impl Checkpoints {
         Self {
             sink,
             last_checkpoint,
-            last_delivered: None,
+            in_call: None,
+            acknowledged: None,
             lease_lost: false,
         }
     }
 
     /// Notes the last record of a batch about to be delivered.
     pub(crate) fn delivering(&mut self, batch: &Batch) {
-        if let Some(last) = batch.records.last() {
-            // Sequence numbers come from Kinesis (or replay, which validates
-            // its input), so one that does not parse cannot be checkpointed.
-            self.last_delivered = Position::new(&last.sequence_number, last.sub_sequence_number).ok();
+        // Sequence numbers come from Kinesis (or replay, which validates
+        // its input), so one that does not parse cannot be checkpointed.
+        self.in_call = batch.records.last().and_then(|last| Position::new(&last.sequence_number, last.sub_sequence_number).ok());
+    }
+
+    /// The `process-records` call ended: `ok` says whether its batch is processed.
+    pub(crate) fn delivered(&mut self, ok: bool) {
+        let batch_last = self.in_call.take();
+        if ok && batch_last.is_some() {
+            self.acknowledged = batch_last;
         }
+    }
+
+    /// The furthest record a checkpoint may name now.
+    fn limit(&self) -> Option<&Position> {
+        self.in_call.as_ref().or(self.acknowledged.as_ref())
     }
 
     /// Refuses every checkpoint from now on.
@@ -53,9 +73,10 @@ impl Checkpoints {
         self.lease_lost = true;
     }
 
-    /// `checkpoint()`: the last record delivered.
+    /// `checkpoint()`: the last record of the current batch, or outside a
+    /// call the last record processed.
     pub(crate) async fn checkpoint_last(&mut self) -> Result<(), CheckpointError> {
-        match self.last_delivered.clone() {
+        match self.limit().cloned() {
             Some(position) => self.checkpoint_at(position).await,
             None if self.lease_lost => Err(CheckpointError::LeaseLost),
             None => Ok(()), // nothing delivered yet: nothing new to record
@@ -67,11 +88,11 @@ impl Checkpoints {
         if self.lease_lost {
             return Err(CheckpointError::LeaseLost);
         }
-        match &self.last_delivered {
+        match self.limit() {
             Some(last) if position <= *last => {}
             Some(last) => {
                 return Err(CheckpointError::InvalidSequenceNumber(format!(
-                    "{position} has not been delivered yet (the last record delivered is {last})"
+                    "{position} has not been processed yet (the last record delivered and not failed is {last})"
                 )));
             }
             None => {
@@ -145,6 +166,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn outside_a_call_checkpoint_means_the_last_batch_that_returned_ok() {
+        let sink = Recorded::default();
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), None);
+        cp.delivering(&batch(&["5", "7"]));
+        cp.delivered(true);
+        // The next batch asks for a retry; then the worker stops and
+        // shutdown(requested) checkpoints: only the processed batch counts.
+        cp.delivering(&batch(&["9", "11"]));
+        cp.delivered(false);
+        cp.checkpoint_last().await.unwrap();
+        assert!(matches!(
+            cp.checkpoint_at(pos("11")).await,
+            Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains("not been processed")
+        ));
+        assert_eq!(*sink.0.lock().unwrap(), vec!["7"]);
+        // Delivered again, it can be checkpointed inside the call.
+        cp.delivering(&batch(&["9", "11"]));
+        cp.checkpoint_last().await.unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), vec!["7", "11"]);
+    }
+
+    #[tokio::test]
     async fn refuses_undelivered_and_backward_positions() {
         let sink = Recorded::default();
         let mut cp = Checkpoints::new(Box::new(sink.clone()), Some(pos("3")));
@@ -155,7 +198,7 @@ mod tests {
         cp.delivering(&batch(&["5", "7"]));
         assert!(matches!(
             cp.checkpoint_at(pos("8")).await,
-            Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains("not been delivered")
+            Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains("not been processed")
         ));
         assert!(matches!(
             cp.checkpoint_at(pos("2")).await,

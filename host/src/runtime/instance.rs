@@ -2,10 +2,10 @@
 //! three calls of the `record-processor` export.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{
@@ -51,6 +51,8 @@ pub(crate) struct ShardState {
     table: ResourceTable,
     memory: MemoryCap,
     checkpoints: Checkpoints,
+    /// When the current call must stop (wall clock).
+    call_ends: Instant,
 }
 
 /// [`StoreLimits`], remembering whether it refused a memory growth so a
@@ -111,7 +113,6 @@ impl CheckpointSink for NoCheckpoints {
 pub struct ShardInstance {
     store: Store<ShardState>,
     processor: bindings::Processor,
-    deadline_ticks: u64,
     limits: Limits,
     /// Set once a call trapped: wasmtime forbids entering the instance again.
     poisoned: bool,
@@ -146,15 +147,24 @@ impl Processor {
             table: ResourceTable::new(),
             memory,
             checkpoints: Checkpoints::new(sink, last_checkpoint),
+            call_ends: Instant::now() + config.call_deadline,
         };
         let mut store = Store::new(runtime.engine(), state);
         store.limiter(|state| &mut state.memory);
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(runtime.deadline_ticks());
+        // At every epoch tick a running guest yields to the async runtime
+        // (so a busy guest never holds a worker thread that renewals and I/O
+        // need), and is stopped once its call is past the deadline.
+        store.epoch_deadline_callback(|store| {
+            if Instant::now() >= store.data().call_ends {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
+        });
+        store.set_epoch_deadline(1);
 
         let limits = Limits { call_deadline: config.call_deadline, memory_limit: config.memory_limit };
         match self.pre().instantiate_async(&mut store).await {
-            Ok(processor) => Ok(ShardInstance { store, processor, deadline_ticks: runtime.deadline_ticks(), limits, poisoned: false }),
+            Ok(processor) => Ok(ShardInstance { store, processor, limits, poisoned: false }),
             Err(e) => Err(limits.classify(e, &store)),
         }
     }
@@ -194,7 +204,9 @@ impl ShardInstance {
         self.begin_call()?;
         self.store.data_mut().checkpoints.delivering(batch);
         let result = self.processor.kcl_processor_record_processor().call_process_records(&mut self.store, batch).await;
-        self.finish_call(result)
+        let result = self.finish_call(result);
+        self.store.data_mut().checkpoints.delivered(result.is_ok());
+        result
     }
 
     /// Calls `shutdown`. After `lease-lost` every checkpoint is refused, even
@@ -217,8 +229,10 @@ impl ShardInstance {
         if self.poisoned {
             return Err(CallError::Trap("the instance trapped earlier and cannot be called again".into()));
         }
-        self.store.set_epoch_deadline(self.deadline_ticks);
-        self.store.data_mut().memory.refused = false;
+        self.store.set_epoch_deadline(1);
+        let state = self.store.data_mut();
+        state.call_ends = Instant::now() + self.limits.call_deadline;
+        state.memory.refused = false;
         Ok(())
     }
 

@@ -29,7 +29,8 @@ pub use guest_log::GUEST_TARGET;
 pub use instance::{CallError, ShardInstance};
 pub use processor::{LoadError, Processor};
 
-/// How often the epoch advances; call deadlines are counted in these ticks.
+/// How often the epoch advances: a running guest yields to the async
+/// runtime, and its call deadline is checked, once per tick.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Limits and settings shared by every instance of a [`Runtime`].
@@ -73,7 +74,6 @@ pub struct Runtime {
 struct Inner {
     engine: Engine,
     config: RuntimeConfig,
-    deadline_ticks: u64,
 }
 
 impl Runtime {
@@ -81,8 +81,7 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> wasmtime::Result<Self> {
         let engine = Engine::new(&engine_config(&config))?;
         spawn_epoch_ticker(&engine);
-        let deadline_ticks = (config.call_deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
-        Ok(Self { inner: Arc::new(Inner { engine, config, deadline_ticks }) })
+        Ok(Self { inner: Arc::new(Inner { engine, config }) })
     }
 
     /// The wasmtime engine.
@@ -93,10 +92,6 @@ impl Runtime {
     /// The settings this runtime was built with.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
-    }
-
-    fn deadline_ticks(&self) -> u64 {
-        self.inner.deadline_ticks
     }
 }
 

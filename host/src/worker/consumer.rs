@@ -24,6 +24,9 @@ pub enum Outcome {
     LeaseLost,
     /// The worker is stopping.
     Stopped,
+    /// The lease cannot be processed with this worker's settings; the
+    /// worker stops with this message.
+    Refused(String),
 }
 
 /// What a consumer needs, shared with the worker.
@@ -41,6 +44,31 @@ pub struct Consumer<S> {
 
 /// First and longest wait before restarting a failed processor.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
+/// An attempt that ran this long was healthy: the next failure starts the
+/// backoff over.
+const HEALTHY: Duration = Duration::from_secs(60);
+
+/// The wait before restarting a failed processor: doubling up to a cap, and
+/// back to the start after a healthy attempt.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Self { next: BACKOFF.0 }
+    }
+
+    /// The wait after an attempt that ran for `lasted` and failed.
+    fn after_failure(&mut self, lasted: Duration) -> Duration {
+        if lasted >= HEALTHY {
+            self.next = BACKOFF.0;
+        }
+        let wait = self.next;
+        self.next = (self.next * 2).min(BACKOFF.1);
+        wait
+    }
+}
 
 /// Why one attempt at the shard ended early.
 enum Interrupt {
@@ -59,17 +87,22 @@ impl<S: LeaseStore> Consumer<S> {
                 return outcome;
             }
         }
-        let mut backoff = BACKOFF.0;
+        let mut backoff = Backoff::new();
+        // Where the first failed attempt started delivering, for a lease with
+        // no checkpoint yet at LATEST or AT_TIMESTAMP: a restart there again
+        // would skip what that attempt was given.
+        let mut first_delivered = None;
         loop {
-            let error = match self.attempt().await {
+            let started = std::time::Instant::now();
+            let error = match self.attempt(&mut first_delivered).await {
                 Interrupt::Done(outcome) => return outcome,
                 Interrupt::Failed(error) => error,
             };
-            tracing::warn!(shard, "{error}; restarting from the last checkpoint in {backoff:?}");
-            if let Some(outcome) = self.wait(backoff).await {
+            let wait = backoff.after_failure(started.elapsed());
+            tracing::warn!(shard, "{error}; restarting from the last checkpoint in {wait:?}");
+            if let Some(outcome) = self.wait(wait).await {
                 return outcome;
             }
-            backoff = (backoff * 2).min(BACKOFF.1);
         }
     }
 
@@ -95,14 +128,26 @@ impl<S: LeaseStore> Consumer<S> {
         }
     }
 
-    /// One instance's life: from the last checkpoint until an outcome or a failure.
-    async fn attempt(&self) -> Interrupt {
+    /// One instance's life: from the last checkpoint until an outcome or a
+    /// failure. `first_delivered` is where an earlier attempt without a
+    /// checkpoint began, and is set by this one if it delivers first.
+    async fn attempt(&self, first_delivered: &mut Option<String>) -> Interrupt {
         let lease = self.held.snapshot().await;
         let shard_id = lease.key.clone();
+        let restart = first_delivered.clone().map(StartingPosition::At);
         let (start, last_checkpoint) = match &lease.checkpoint {
             Checkpoint::TrimHorizon => (StartingPosition::TrimHorizon, None),
-            Checkpoint::Latest => (StartingPosition::Latest, None),
-            Checkpoint::AtTimestamp => (StartingPosition::AtTimestamp(self.initial_timestamp_ms.unwrap_or(0)), None),
+            Checkpoint::Latest => (restart.unwrap_or(StartingPosition::Latest), None),
+            Checkpoint::AtTimestamp => match self.initial_timestamp_ms {
+                Some(ms) => (restart.unwrap_or(StartingPosition::AtTimestamp(ms)), None),
+                None => {
+                    return Interrupt::Done(Outcome::Refused(format!(
+                        "the lease of {shard_id} starts AT_TIMESTAMP but this worker has no timestamp; \
+                         start it with --initial-position AT_TIMESTAMP --initial-timestamp <RFC 3339>, \
+                         as the worker that created the lease was"
+                    )));
+                }
+            },
             Checkpoint::At(position) => (StartingPosition::After(position.clone()), Some(position.clone())),
             // Taken leases are never finished; if one is, there is nothing to do.
             Checkpoint::ShardEnd => return Interrupt::Done(Outcome::ShardEnd { children: lease.children }),
@@ -132,6 +177,9 @@ impl<S: LeaseStore> Consumer<S> {
                 Err(e) => return Interrupt::Failed(format!("reading the shard failed: {e}")),
             };
             if !records.is_empty() {
+                if !lease.checkpoint.has_started() && first_delivered.is_none() {
+                    *first_delivered = Some(records[0].sequence_number.clone());
+                }
                 let batch = Batch { records, millis_behind_latest };
                 if let Some(interrupt) = self.deliver(&mut instance, &batch).await {
                     return interrupt;
@@ -197,6 +245,23 @@ impl<S: LeaseStore> Consumer<S> {
             tracing::warn!(shard = %self.held.key(), "shutdown({reason:?}) failed: {e}");
         }
         Interrupt::Done(if reason == ShutdownReason::Requested { Outcome::Stopped } else { Outcome::LeaseLost })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_starts_over_after_a_healthy_attempt() {
+        let mut backoff = Backoff::new();
+        let quick = Duration::from_secs(1);
+        let waits: Vec<Duration> = (0..8).map(|_| backoff.after_failure(quick)).collect();
+        assert_eq!(waits[0], BACKOFF.0);
+        assert_eq!(waits[1], BACKOFF.0 * 2);
+        assert_eq!(*waits.last().unwrap(), BACKOFF.1, "capped");
+        assert_eq!(backoff.after_failure(HEALTHY), BACKOFF.0, "a healthy period resets it");
+        assert_eq!(backoff.after_failure(quick), BACKOFF.0 * 2);
     }
 }
 

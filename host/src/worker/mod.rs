@@ -36,6 +36,8 @@ pub enum WorkerError {
     Aws(#[from] AwsError),
     #[error(transparent)]
     Lease(#[from] LeaseError),
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What a worker did, for the summary printed at exit.
@@ -68,7 +70,7 @@ pub async fn run(
     store.ensure_table().await?;
     let mut coordinator = Coordinator::new(store.clone(), &config.worker_id, config.take.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<(String, Outcome)>();
+    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<(Arc<HeldLease<DynamoStore>>, Outcome)>();
     let mut consumers: JoinSet<()> = JoinSet::new();
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     let mut summary = Summary::default();
@@ -91,10 +93,10 @@ pub async fn run(
         let key = held.key().to_owned();
         let ended = ended_tx.clone();
         tracing::info!(shard = %key, "processing");
-        running.insert(key.clone(), Running { held, delivered });
+        running.insert(key, Running { held: held.clone(), delivered });
         consumers.spawn(async move {
             let outcome = consumer.run().await;
-            let _ = ended.send((key, outcome));
+            let _ = ended.send((held, outcome));
         });
     };
 
@@ -112,6 +114,7 @@ pub async fn run(
         timer.reset();
     }
     tokio::pin!(shutdown);
+    let mut refused = None;
 
     loop {
         tokio::select! {
@@ -129,9 +132,23 @@ pub async fn run(
                     tracing::warn!("shard sync failed: {e}");
                 }
             }
-            Some((key, outcome)) = ended_rx.recv() => {
-                if let Some(done) = running.remove(&key) {
+            Some((held, outcome)) = ended_rx.recv() => {
+                let key = held.key().to_owned();
+                // Only this take's entry: a newer take of the shard has its own consumer.
+                if running.get(&key).is_some_and(|r| r.held.id() == held.id()) {
+                    let done = running.remove(&key).expect("just checked");
                     *summary.records.entry(key.clone()).or_default() += done.delivered.load(Ordering::Relaxed);
+                }
+                if outcome == Outcome::LeaseLost {
+                    coordinator.consumer_ended(&held);
+                }
+                if let Outcome::Refused(reason) = outcome {
+                    tracing::error!(shard = %key, "{reason}; stopping");
+                    if let Err(e) = coordinator.evict(&key).await {
+                        tracing::warn!(shard = %key, "could not release the lease (it will expire): {e}");
+                    }
+                    refused = Some(reason);
+                    break;
                 }
                 if let Outcome::ShardEnd { .. } = outcome {
                     coordinator.finished(&key);
@@ -154,10 +171,10 @@ pub async fn run(
         tracing::warn!("processors did not stop within {STOP_TIMEOUT:?}; their leases expire instead");
         consumers.abort_all();
     }
-    while let Ok((key, outcome)) = ended_rx.try_recv() {
+    while let Ok((held, outcome)) = ended_rx.try_recv() {
         if let Outcome::ShardEnd { .. } = outcome {
-            coordinator.finished(&key);
-            summary.finished.push(key);
+            coordinator.finished(held.key());
+            summary.finished.push(held.key().to_owned());
         }
     }
     for (key, done) in running {
@@ -169,7 +186,10 @@ pub async fn run(
         }
     }
     summary.elapsed = started.elapsed();
-    Ok(summary)
+    match refused {
+        Some(reason) => Err(WorkerError::Refused(reason)),
+        None => Ok(summary),
+    }
 }
 
 /// A take pass whose new leases go to `spawn`; returns how many were taken.
