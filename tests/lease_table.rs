@@ -139,3 +139,48 @@ async fn a_checkpoint_after_losing_the_lease_is_refused() {
     assert_eq!(row["checkpoint"], java_rows()[0]["checkpoint"], "the stale worker moved nothing");
     assert_eq!(row["leaseOwner"], s("kcl-host-2"));
 }
+
+/// Turns the first successful UpdateItem answer into a 500, as a lost
+/// answer would look: the SDK retries a write that was already applied.
+#[derive(Debug, Default)]
+struct LoseFirstWriteAnswer(std::sync::atomic::AtomicBool);
+
+impl aws_sdk_dynamodb::config::Intercept for LoseFirstWriteAnswer {
+    fn name(&self) -> &'static str {
+        "LoseFirstWriteAnswer"
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let response = context.response_mut();
+        if response.status().is_success() && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            *response.status_mut() = 500.try_into().unwrap();
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_retried_write_that_was_applied_is_not_a_lost_lease() {
+    let aws = clients().await;
+    let table = unique("retried-write");
+    let plain = DynamoStore::new(aws.dynamodb.clone(), &table);
+    plain.ensure_table().await.unwrap();
+    plain.create(&kcl_host::lease::Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+    let taken = plain.take(&plain.list().await.unwrap()[0], "me").await.unwrap().expect("taken");
+
+    let config = aws.dynamodb.config().to_builder().interceptor(LoseFirstWriteAnswer::default()).build();
+    let lossy = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), &table);
+    let renewed = lossy.renew(&taken).await.unwrap();
+    let renewed = renewed.expect("our own applied write is recognised, not taken for a lost lease");
+    assert_eq!(renewed.counter, taken.counter + 1);
+    assert_eq!(renewed.owner.as_deref(), Some("me"));
+    // Someone else's write is still a lost race.
+    let stolen = plain.take(&renewed, "other").await.unwrap().expect("stolen");
+    assert!(plain.renew(&renewed).await.unwrap().is_none());
+    assert_eq!(plain.list().await.unwrap()[0].owner, stolen.owner);
+}

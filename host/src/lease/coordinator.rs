@@ -8,7 +8,7 @@ use std::time::Instant;
 use tokio::sync::{watch, Mutex};
 
 use super::rules::{self, ExpiryTracker, TakeSettings};
-use super::{Checkpoint, Lease, LeaseError, LeaseStore};
+use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 
 /// Why a checkpoint write did not happen.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -146,6 +146,8 @@ pub struct Coordinator<S> {
     held: HashMap<String, Arc<HeldLease<S>>>,
     rng: fastrand::Rng,
     next_id: u64,
+    /// Children already logged as waiting on an unreadable parent row.
+    waiting_logged: HashSet<String>,
 }
 
 /// How many times one pass re-reads the table after losing a race for a lease.
@@ -161,6 +163,7 @@ impl<S: LeaseStore> Coordinator<S> {
             held: HashMap::new(),
             rng: fastrand::Rng::new(),
             next_id: 0,
+            waiting_logged: HashSet::new(),
         }
     }
 
@@ -172,7 +175,8 @@ impl<S: LeaseStore> Coordinator<S> {
     pub async fn take_pass(&mut self) -> Result<Vec<Arc<HeldLease<S>>>, LeaseError> {
         let mut taken = Vec::new();
         for _ in 0..TAKE_ROUNDS {
-            let leases = self.store.list().await?;
+            let scan = self.store.scan().await?;
+            let leases = self.without_unreadable_parents(scan);
             let now = Instant::now();
             self.tracker.observe(&leases, now);
             let held: HashSet<String> = self.held.keys().cloned().collect();
@@ -210,6 +214,27 @@ impl<S: LeaseStore> Coordinator<S> {
             }
         }
         Ok(taken)
+    }
+
+    /// The scan's leases, less those with a parent whose row cannot be read:
+    /// that parent may not be finished, so its children wait (and the log
+    /// says why, once per child).
+    fn without_unreadable_parents(&mut self, scan: LeaseScan) -> Vec<Lease> {
+        let LeaseScan { leases, unreadable } = scan;
+        leases
+            .into_iter()
+            .filter(|lease| {
+                let Some(parent) = lease.parents.iter().find(|p| unreadable.contains(*p)) else { return true };
+                if self.waiting_logged.insert(lease.key.clone()) {
+                    tracing::warn!(
+                        shard = %lease.key,
+                        "waiting: the lease row of its parent {parent} cannot be read, so the parent may not be finished; \
+                         repair that row (or delete it if the parent was processed)"
+                    );
+                }
+                false
+            })
+            .collect()
     }
 
     /// Renews every held lease; returns (and forgets) the ones lost.
@@ -297,6 +322,17 @@ mod tests {
         a.consumer_ended(&first);
         assert!(a.take_pass().await.unwrap().is_empty(), "still held by the new take");
         assert!(again[0].is_valid());
+    }
+
+    #[tokio::test]
+    async fn a_child_of_an_unreadable_parent_row_waits() {
+        let store = Arc::new(MemoryStore::default());
+        store.add_unreadable("parent");
+        store.create(&Lease::new("child", Checkpoint::TrimHorizon, BTreeSet::from(["parent".to_owned()]))).await.unwrap();
+        store.create(&Lease::new("other", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let taken: Vec<String> = a.take_pass().await.unwrap().iter().map(|h| h.key().to_owned()).collect();
+        assert_eq!(taken, ["other"], "an unreadable parent is not a finished parent");
     }
 
     #[tokio::test]

@@ -27,7 +27,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use super::{Checkpoint, Lease, LeaseError, LeaseStore};
+use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 use crate::aws::{AwsError, Service};
 
 type Item = HashMap<String, AttributeValue>;
@@ -278,22 +278,29 @@ impl LeaseStore for DynamoStore {
         self.wait_active().await
     }
 
-    async fn list(&self) -> Result<Vec<Lease>, LeaseError> {
-        let mut leases = Vec::new();
+    async fn scan(&self) -> Result<LeaseScan, LeaseError> {
+        let mut scan = LeaseScan::default();
         let mut pages = self.client.scan().table_name(&self.table).consistent_read(true).into_paginator().send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.error("Scan", e))?;
             for item in page.items() {
                 match parse(item) {
-                    Ok(lease) => leases.push(lease),
+                    Ok(lease) => scan.leases.push(lease),
                     Err(reason) => {
-                        let key = item.get("leaseKey").map_or_else(|| "(no leaseKey)".to_owned(), |k| format!("{k:?}"));
+                        let key = match item.get("leaseKey") {
+                            Some(AttributeValue::S(key)) => {
+                                scan.unreadable.insert(key.clone());
+                                key.clone()
+                            }
+                            Some(other) => format!("{other:?}"),
+                            None => "(no leaseKey)".to_owned(),
+                        };
                         tracing::warn!(table = %self.table, key, "skipping a lease row that cannot be read (left as it is): {reason}");
                     }
                 }
             }
         }
-        Ok(leases)
+        Ok(scan)
     }
 
     async fn create(&self, lease: &Lease) -> Result<bool, LeaseError> {

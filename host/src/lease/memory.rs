@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
-use super::{Checkpoint, Lease, LeaseError, LeaseStore};
+use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 use crate::aws::AwsError;
 
 #[derive(Clone, Default)]
@@ -12,6 +12,8 @@ pub(crate) struct MemoryStore {
     rows: Arc<Mutex<BTreeMap<String, Lease>>>,
     /// Keys whose takes fail with a service error (fault injection).
     failing_takes: Arc<Mutex<HashSet<String>>>,
+    /// Keys of rows that scans report as unreadable.
+    unreadable: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl MemoryStore {
@@ -32,6 +34,11 @@ impl MemoryStore {
         self.rows.lock().unwrap().get(key).cloned()
     }
 
+    /// Adds a row that cannot be read as a lease.
+    pub(crate) fn add_unreadable(&self, key: &str) {
+        self.unreadable.lock().unwrap().insert(key.to_owned());
+    }
+
     /// Makes every take of `key` fail as an unavailable table would.
     pub(crate) fn fail_takes_of(&self, key: &str) {
         self.failing_takes.lock().unwrap().insert(key.to_owned());
@@ -43,8 +50,9 @@ impl LeaseStore for MemoryStore {
         Ok(())
     }
 
-    async fn list(&self) -> Result<Vec<Lease>, LeaseError> {
-        Ok(self.rows.lock().unwrap().values().cloned().collect())
+    async fn scan(&self) -> Result<LeaseScan, LeaseError> {
+        let leases = self.rows.lock().unwrap().values().cloned().collect();
+        Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone() })
     }
 
     async fn create(&self, lease: &Lease) -> Result<bool, LeaseError> {

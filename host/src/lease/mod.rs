@@ -129,6 +129,14 @@ impl Lease {
     }
 }
 
+/// The lease table as one scan read it.
+#[derive(Clone, Debug, Default)]
+pub struct LeaseScan {
+    pub leases: Vec<Lease>,
+    /// Keys of rows that could not be read as leases.
+    pub unreadable: BTreeSet<String>,
+}
+
 /// A lease table operation that failed for a reason other than a lost race.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
@@ -143,9 +151,14 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Creates the table if it is missing and waits until it is usable.
     fn ensure_table(&self) -> impl Future<Output = Result<(), LeaseError>> + Send;
 
-    /// Every well-formed lease (a strongly consistent read). Rows that cannot
-    /// be parsed are reported with their key and left out, never rewritten.
-    fn list(&self) -> impl Future<Output = Result<Vec<Lease>, LeaseError>> + Send;
+    /// Every well-formed lease (a strongly consistent read), and the keys of
+    /// rows that cannot be parsed (reported, left out, never rewritten).
+    fn scan(&self) -> impl Future<Output = Result<LeaseScan, LeaseError>> + Send;
+
+    /// Every well-formed lease.
+    fn list(&self) -> impl Future<Output = Result<Vec<Lease>, LeaseError>> + Send {
+        async { Ok(self.scan().await?.leases) }
+    }
 
     /// Writes `lease` if no lease has its key; `false` if one does.
     fn create(&self, lease: &Lease) -> impl Future<Output = Result<bool, LeaseError>> + Send;

@@ -92,7 +92,7 @@ impl Checkpoints {
             Some(last) if position <= *last => {}
             Some(last) => {
                 return Err(CheckpointError::InvalidSequenceNumber(format!(
-                    "{position} has not been processed yet (the last record delivered and not failed is {last})"
+                    "{position} has not been delivered yet, or its batch failed (the furthest record that can be checkpointed now is {last})"
                 )));
             }
             None => {
@@ -178,7 +178,7 @@ mod tests {
         cp.checkpoint_last().await.unwrap();
         assert!(matches!(
             cp.checkpoint_at(pos("11")).await,
-            Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains("not been processed")
+            Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains("has not been delivered yet, or its batch failed")
         ));
         assert_eq!(*sink.0.lock().unwrap(), vec!["7"]);
         // Delivered again, it can be checkpointed inside the call.
@@ -198,7 +198,7 @@ mod tests {
         cp.delivering(&batch(&["5", "7"]));
         assert!(matches!(
             cp.checkpoint_at(pos("8")).await,
-            Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains("not been processed")
+            Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains("has not been delivered yet, or its batch failed")
         ));
         assert!(matches!(
             cp.checkpoint_at(pos("2")).await,
