@@ -250,6 +250,27 @@ async fn a_parent_past_retention_ends_and_its_child_runs() {
     assert_eq!(lease(&table, &parent).checkpoint, Checkpoint::ShardEnd, "ended as if at SHARD_END");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_at_timestamp_lease_without_a_timestamp_is_refused() {
+    use kcl_host::lease::dynamo::DynamoStore;
+    use kcl_host::lease::LeaseStore;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("stamp"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let application = unique("stamp-app");
+    let store = DynamoStore::new(aws.dynamodb.clone(), &application);
+    store.ensure_table().await.unwrap();
+    // Created by a worker started with --initial-position AT_TIMESTAMP.
+    store.create(&Lease::new(&shard, Checkpoint::AtTimestamp, BTreeSet::new())).await.unwrap();
+
+    let host = start("counter", &stream.name, &application, "worker-1");
+    let (status, log) = host.wait_exit(LIMIT).await;
+    assert!(!status.success(), "refused, not read from the trim horizon:\n{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "--initial-timestamp"), 2, "the error says how to fix it:\n{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "kcl_host::guest: initialize"), 0, "nothing delivered");
+    assert_eq!(lease(&leases(&aws.dynamodb, &application).await, &shard).owner, None, "the lease is given back");
+}
+
 /// Runs `kcl-host` to its exit; returns (exit code, everything it printed).
 async fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kcl-host"))

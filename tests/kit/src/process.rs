@@ -93,6 +93,16 @@ impl KclHost {
         (status, log)
     }
 
+    /// Waits for the process to exit by itself (within `limit`).
+    pub async fn wait_exit(mut self, limit: Duration) -> (std::process::ExitStatus, Vec<String>) {
+        let status = tokio::time::timeout(limit, self.child.wait()).await.expect("kcl-host exits by itself").unwrap();
+        for reader in self.readers.drain(..) {
+            reader.await.expect("log reader");
+        }
+        let log = self.log().await;
+        (status, log)
+    }
+
     /// Kills the process at once, as a crash would.
     pub async fn kill(mut self) {
         self.child.kill().await.expect("kill");
