@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::Instant;
+// tokio's clock: the lease simulation runs it paused, as a virtual clock.
+use tokio::time::Instant;
 
 use tokio::sync::{watch, Mutex};
 

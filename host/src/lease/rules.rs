@@ -11,7 +11,9 @@
 //!   `max_leases_to_steal` at a time: once balanced, nothing moves.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::Lease;
 

@@ -1,22 +1,27 @@
-//! Property tests of the lease rules: many workers on one in-memory table,
-//! with a virtual clock, random crashes, new workers and random reshards.
+//! Property tests of the real [`Coordinator`] and [`HeldLease`]: many
+//! workers on one in-memory table, on tokio's paused clock (a virtual
+//! clock), with random crashes, new workers, reshards, shard ends and
+//! consumers that stop on their own.
 //!
-//! Each simulated worker does what the coordinator does — renew every step,
-//! a take pass every few steps through [`plan_take`] — and processes its
-//! ready leases, finishing closed shards at random. Checked throughout:
-//! - no shard is held (validly) by two live workers at once;
-//! - no lease is taken while a parent is unfinished;
-//! - no lease at `SHARD_END` is taken again.
-//! Checked after a quiet period: every ready shard is held, and once the
-//! load is balanced no lease changes hands.
+//! Each simulated worker is a `Coordinator` plus the consumers the worker
+//! loop would run: one per lease a take pass returns, dropped when the
+//! renewal reports the lease lost. Checked throughout:
+//! - no shard is delivered by two workers at once (valid and past
+//!   `deliver_after` on both);
+//! - no lease is taken while a parent is unfinished, none at `SHARD_END`.
+//! Checked after a quiet period: every ready shard is held by a live worker
+//! *that runs a consumer for it* (a lease is never held and idle), and once
+//! balanced no lease changes hands.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::coordinator::{Coordinator, HeldLease};
 use super::memory::MemoryStore;
-use super::rules::{is_ready, plan_take, ExpiryTracker, TakeSettings};
+use super::rules::{is_ready, TakeSettings};
 use super::{Checkpoint, Lease, LeaseStore};
 
 const STEP: Duration = Duration::from_secs(1);
@@ -24,11 +29,9 @@ const TAKE_EVERY: u64 = 3;
 
 struct Worker {
     id: String,
-    tracker: ExpiryTracker,
-    /// Held leases: until when each is valid (last write + failover time),
-    /// and from when it may be delivered (a stolen one waits a failover time).
-    held: HashMap<String, (Instant, Instant)>,
-    rng: fastrand::Rng,
+    coordinator: Coordinator<MemoryStore>,
+    /// The consumers the worker loop runs: one per lease it was given.
+    consumers: HashMap<String, Arc<HeldLease<MemoryStore>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -39,6 +42,9 @@ enum Event {
     Split(usize),
     Merge(usize),
     Finish(usize),
+    /// A consumer ends without finishing its shard (its validity ran out
+    /// before a renewal noticed).
+    ConsumerStops(usize),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -49,11 +55,12 @@ fn event() -> impl Strategy<Value = Event> {
         1 => any::<usize>().prop_map(Event::Split),
         1 => any::<usize>().prop_map(Event::Merge),
         2 => any::<usize>().prop_map(Event::Finish),
+        1 => any::<usize>().prop_map(Event::ConsumerStops),
     ]
 }
 
 struct Sim {
-    store: MemoryStore,
+    store: Arc<MemoryStore>,
     settings: TakeSettings,
     workers: Vec<Worker>,
     /// Open leaf shards (no children yet).
@@ -62,204 +69,194 @@ struct Sim {
     closed: HashSet<String>,
     next_shard: usize,
     next_worker: usize,
-    now: Instant,
     tick: u64,
 }
 
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(future)
-}
-
 impl Sim {
-    fn new(shards: usize, workers: usize, seed: u64) -> Self {
+    async fn new(shards: usize, workers: usize) -> Self {
         let mut sim = Sim {
-            store: MemoryStore::default(),
+            store: Arc::new(MemoryStore::default()),
             settings: TakeSettings { failover_time: Duration::from_secs(10), max_leases: usize::MAX, max_leases_to_steal: 1 },
             workers: Vec::new(),
             open: Vec::new(),
             closed: HashSet::new(),
             next_shard: 0,
             next_worker: 0,
-            now: Instant::now(),
             tick: 0,
         };
         for _ in 0..shards {
-            sim.new_shard(BTreeSet::new());
+            sim.new_shard(BTreeSet::new()).await;
         }
-        for i in 0..workers {
-            sim.join(seed + i as u64);
+        for _ in 0..workers {
+            sim.join();
         }
         sim
     }
 
-    fn new_shard(&mut self, parents: BTreeSet<String>) -> String {
+    async fn new_shard(&mut self, parents: BTreeSet<String>) {
         let key = format!("shard-{:04}", self.next_shard);
         self.next_shard += 1;
-        assert!(block_on(self.store.create(&Lease::new(&key, Checkpoint::TrimHorizon, parents))).unwrap());
-        self.open.push(key.clone());
-        key
+        assert!(self.store.create(&Lease::new(&key, Checkpoint::TrimHorizon, parents)).await.unwrap());
+        self.open.push(key);
     }
 
-    fn join(&mut self, seed: u64) {
-        self.workers.push(Worker {
-            id: format!("w{}", self.next_worker),
-            tracker: ExpiryTracker::default(),
-            held: HashMap::new(),
-            rng: fastrand::Rng::with_seed(seed),
-        });
+    fn join(&mut self) {
+        let id = format!("w{}", self.next_worker);
         self.next_worker += 1;
+        let coordinator = Coordinator::new(self.store.clone(), id.clone(), self.settings.clone());
+        self.workers.push(Worker { id, coordinator, consumers: HashMap::new() });
     }
 
-    fn leases(&self) -> Vec<Lease> {
-        block_on(self.store.list()).unwrap()
+    async fn leases(&self) -> Vec<Lease> {
+        self.store.list().await.unwrap()
     }
 
-    fn apply(&mut self, event: Event) {
+    async fn apply(&mut self, event: Event) {
         match event {
-            Event::Step => self.step(),
+            Event::Step => self.step().await,
             Event::Crash(i) if self.workers.len() > 1 => {
                 self.workers.remove(i % self.workers.len());
             }
-            Event::Join => self.join(self.next_worker as u64 * 31),
+            Event::Join => self.join(),
             Event::Split(i) if !self.open.is_empty() && self.open.len() < 24 => {
                 let parent = self.open.remove(i % self.open.len());
                 self.closed.insert(parent.clone());
                 let parents = BTreeSet::from([parent]);
-                self.new_shard(parents.clone());
-                self.new_shard(parents);
+                self.new_shard(parents.clone()).await;
+                self.new_shard(parents).await;
             }
             Event::Merge(i) if self.open.len() >= 2 => {
                 let a = self.open.remove(i % self.open.len());
                 let b = self.open.remove(i % self.open.len());
                 self.closed.insert(a.clone());
                 self.closed.insert(b.clone());
-                self.new_shard(BTreeSet::from([a, b]));
+                self.new_shard(BTreeSet::from([a, b])).await;
             }
-            Event::Finish(i) => self.finish(i),
+            Event::Finish(i) => self.finish(i).await,
+            Event::ConsumerStops(i) => self.consumer_stops(i),
             _ => {}
         }
     }
 
-    /// A worker reaches the end of a closed shard it holds and writes SHARD_END.
-    fn finish(&mut self, pick: usize) {
-        let leases = self.leases();
-        let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
-        let candidates: Vec<(usize, &Lease)> = self
-            .workers
+    /// Consumers that may deliver now, as (worker index, lease).
+    fn delivering(&self) -> Vec<(usize, Arc<HeldLease<MemoryStore>>)> {
+        let now = tokio::time::Instant::now();
+        self.workers
             .iter()
             .enumerate()
-            .flat_map(|(w, worker)| worker.held.iter().map(move |(k, times)| (w, k, times)))
-            // Only a worker that may deliver gets to the end. (A stale holder's
-            // write would be refused: the counter changed when it lost the lease.)
-            .filter(|(_, k, (valid_until, deliver_after))| {
-                self.closed.contains(*k) && *valid_until > self.now && *deliver_after <= self.now
-            })
-            .filter_map(|(w, k, _)| by_key.get(k.as_str()).map(|l| (w, *l)))
-            .filter(|(w, l)| l.is_owned_by(&self.workers[*w].id))
-            .collect();
+            .flat_map(|(w, worker)| worker.consumers.values().map(move |held| (w, held.clone())))
+            .filter(|(_, held)| held.is_valid() && held.deliver_after() <= now)
+            .collect()
+    }
+
+    /// A consumer reaches the end of a closed shard and writes SHARD_END, as
+    /// the worker does (through the held lease: fenced).
+    async fn finish(&mut self, pick: usize) {
+        let candidates: Vec<_> = self.delivering().into_iter().filter(|(_, held)| self.closed.contains(held.key())).collect();
         if candidates.is_empty() {
             return;
         }
-        let (w, lease) = candidates[pick % candidates.len()];
+        let (w, held) = candidates[pick % candidates.len()].clone();
+        let leases = self.leases().await;
+        let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
+        let lease = by_key[held.key()];
         assert!(is_ready(lease, &by_key), "{} processed {} before its parents ended", self.workers[w].id, lease.key);
-        if block_on(self.store.checkpoint(lease, &Checkpoint::ShardEnd, &BTreeSet::new())).unwrap().is_some() {
-            self.workers[w].held.remove(&lease.key);
+        if held.checkpoint(Checkpoint::ShardEnd, &BTreeSet::new()).await.is_ok() {
+            let worker = &mut self.workers[w];
+            worker.coordinator.finished(held.key());
+            worker.consumers.remove(held.key());
         }
     }
 
-    fn step(&mut self) {
-        self.now += STEP;
+    fn consumer_stops(&mut self, pick: usize) {
+        let all: Vec<(usize, String)> =
+            self.workers.iter().enumerate().flat_map(|(w, worker)| worker.consumers.keys().map(move |k| (w, k.clone()))).collect();
+        if all.is_empty() {
+            return;
+        }
+        let (w, key) = &all[pick % all.len()];
+        let worker = &mut self.workers[*w];
+        let held = worker.consumers.remove(key).expect("listed");
+        worker.coordinator.consumer_ended(&held);
+    }
+
+    async fn step(&mut self) {
+        tokio::time::advance(STEP).await;
         self.tick += 1;
-        let failover = self.settings.failover_time;
-        for i in 0..self.workers.len() {
-            // Renew: a failed conditional write means the lease is lost.
-            let held: Vec<String> = self.workers[i].held.keys().cloned().collect();
-            for key in held {
-                let current = self.store.get(&key).unwrap();
-                let renewed = current.is_owned_by(&self.workers[i].id)
-                    && block_on(self.store.renew(&current)).unwrap().is_some();
-                if renewed {
-                    self.workers[i].held.get_mut(&key).unwrap().0 = self.now + failover;
-                } else {
-                    self.workers[i].held.remove(&key);
+        let leases = self.leases().await;
+        let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
+        for (i, worker) in self.workers.iter_mut().enumerate() {
+            for lost in worker.coordinator.renew_all().await {
+                if worker.consumers.get(lost.key()).is_some_and(|c| c.id() == lost.id()) {
+                    worker.consumers.remove(lost.key());
                 }
             }
             if self.tick % TAKE_EVERY == i as u64 % TAKE_EVERY {
-                self.take_pass(i);
+                for held in worker.coordinator.take_pass().await.unwrap() {
+                    let lease = by_key.get(held.key()).copied();
+                    assert!(lease.is_none_or(|l| !l.is_finished()), "{} took {} at SHARD_END", worker.id, held.key());
+                    assert!(lease.is_none_or(|l| is_ready(l, &by_key)), "{} took {} before its parents ended", worker.id, held.key());
+                    let previous = worker.consumers.insert(held.key().to_owned(), held);
+                    assert!(previous.is_none_or(|p| !p.is_valid()), "{} was given a lease it still runs", worker.id);
+                }
             }
         }
         self.check_exclusive();
     }
 
-    fn take_pass(&mut self, i: usize) {
-        let leases = self.leases();
-        let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
-        let worker = &mut self.workers[i];
-        worker.tracker.observe(&leases, self.now);
-        let held: HashSet<String> = worker.held.keys().cloned().collect();
-        let plan = plan_take(&leases, &worker.id, &held, &worker.tracker, self.now, &self.settings, &mut worker.rng);
-        let stolen: HashSet<&str> = plan.steal.iter().map(|l| l.key.as_str()).collect();
-        for lease in plan.take.iter().chain(&plan.steal) {
-            assert!(!lease.is_finished(), "{} tried to take {} at SHARD_END", worker.id, lease.key);
-            assert!(is_ready(lease, &by_key), "{} tried to take {} before its parents ended", worker.id, lease.key);
-            if block_on(self.store.take(lease, &worker.id)).unwrap().is_some() {
-                let failover = self.settings.failover_time;
-                let deliver_after = if stolen.contains(lease.key.as_str()) { self.now + failover } else { self.now };
-                worker.held.insert(lease.key.clone(), (self.now + failover, deliver_after));
-            }
-        }
-    }
-
-    /// No lease is delivered by two workers at once.
+    /// No shard is delivered by two workers at once.
     fn check_exclusive(&self) {
-        let mut holders: HashMap<&str, Vec<&str>> = HashMap::new();
-        for worker in &self.workers {
-            for (key, (valid_until, deliver_after)) in &worker.held {
-                if *valid_until > self.now && *deliver_after <= self.now {
-                    holders.entry(key).or_default().push(&worker.id);
-                }
-            }
+        let mut holders: HashMap<String, Vec<&str>> = HashMap::new();
+        for (w, held) in self.delivering() {
+            holders.entry(held.key().to_owned()).or_default().push(&self.workers[w].id);
         }
         for (key, workers) in holders {
-            assert!(workers.len() <= 1, "{key} held by {workers:?} at once");
+            assert!(workers.len() <= 1, "{key} delivered by {workers:?} at once");
         }
     }
 
-    fn owners(&self) -> Vec<(String, Option<String>)> {
-        self.leases().into_iter().map(|l| (l.key, l.owner)).collect()
+    async fn owners(&self) -> Vec<(String, Option<String>)> {
+        self.leases().await.into_iter().map(|l| (l.key, l.owner)).collect()
     }
+}
+
+async fn run(shards: usize, workers: usize, events: Vec<Event>) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new(shards, workers).await;
+    for event in events {
+        sim.apply(event).await;
+    }
+    // Quiet: no crashes, reshards, shard ends or stopping consumers. Dead
+    // workers' leases expire, free ones are taken, the load balances.
+    for _ in 0..60 {
+        sim.step().await;
+    }
+    let leases = sim.leases().await;
+    let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
+    for lease in leases.iter().filter(|l| is_ready(l, &by_key)) {
+        let owner = lease.owner.as_deref();
+        let worker = sim.workers.iter().find(|w| Some(w.id.as_str()) == owner);
+        prop_assert!(worker.is_some(), "{} is ready but held by {:?}, not a live worker", lease.key, owner);
+        let consumer = worker.unwrap().consumers.get(&lease.key);
+        prop_assert!(consumer.is_some_and(|c| c.is_valid()), "{} is held by {:?} without a consumer", lease.key, owner);
+    }
+    let balanced = sim.owners().await;
+    for _ in 0..30 {
+        sim.step().await;
+    }
+    prop_assert_eq!(sim.owners().await, balanced, "leases changed hands after balancing");
+    Ok(())
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn lease_rules_hold_under_crashes_and_reshards(
+    fn the_coordinator_holds_its_rules_under_crashes_and_reshards(
         shards in 1usize..12,
         workers in 1usize..6,
-        seed in any::<u64>(),
         events in prop::collection::vec(event(), 0..120),
     ) {
-        let mut sim = Sim::new(shards, workers, seed);
-        for event in events {
-            sim.apply(event);
-        }
-        // Quiet: no crashes, reshards or shard ends. Dead workers' leases
-        // expire, free ones are taken, the load balances.
-        for _ in 0..60 {
-            sim.step();
-        }
-        let leases = sim.leases();
-        let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
-        let live: HashSet<&str> = sim.workers.iter().map(|w| w.id.as_str()).collect();
-        for lease in leases.iter().filter(|l| is_ready(l, &by_key)) {
-            let owner = lease.owner.as_deref();
-            prop_assert!(owner.is_some_and(|o| live.contains(o)), "{} is ready but held by {:?}", lease.key, owner);
-        }
-        let balanced = sim.owners();
-        for _ in 0..30 {
-            sim.step();
-        }
-        prop_assert_eq!(sim.owners(), balanced, "leases changed hands after balancing");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        runtime.block_on(run(shards, workers, events))?;
     }
 }

@@ -80,7 +80,7 @@ impl<S: LeaseStore> Consumer<S> {
     /// Runs the shard until it ends, the lease is lost, or the worker stops.
     pub async fn run(self) -> Outcome {
         let shard = self.held.key().to_owned();
-        let wait = self.held.deliver_after().saturating_duration_since(std::time::Instant::now());
+        let wait = self.held.deliver_after().saturating_duration_since(tokio::time::Instant::now());
         if !wait.is_zero() {
             tracing::info!(shard, "stolen lease: waiting {wait:?} for the previous owner to stop");
             if let Some(outcome) = self.wait(wait).await {
