@@ -134,23 +134,16 @@ impl<S: LeaseStore> Consumer<S> {
     async fn attempt(&self, first_delivered: &mut Option<String>) -> Interrupt {
         let lease = self.held.snapshot().await;
         let shard_id = lease.key.clone();
-        let restart = first_delivered.clone().map(StartingPosition::At);
-        let (start, last_checkpoint) = match &lease.checkpoint {
-            Checkpoint::TrimHorizon => (StartingPosition::TrimHorizon, None),
-            Checkpoint::Latest => (restart.unwrap_or(StartingPosition::Latest), None),
-            Checkpoint::AtTimestamp => match self.initial_timestamp_ms {
-                Some(ms) => (restart.unwrap_or(StartingPosition::AtTimestamp(ms)), None),
-                None => {
-                    return Interrupt::Done(Outcome::Refused(format!(
-                        "the lease of {shard_id} starts AT_TIMESTAMP but this worker has no timestamp; \
-                         start it with --initial-position AT_TIMESTAMP --initial-timestamp <RFC 3339>, \
-                         as the worker that created the lease was"
-                    )));
-                }
-            },
-            Checkpoint::At(position) => (StartingPosition::After(position.clone()), Some(position.clone())),
-            // Taken leases are never finished; if one is, there is nothing to do.
-            Checkpoint::ShardEnd => return Interrupt::Done(Outcome::ShardEnd { children: lease.children }),
+        let (start, last_checkpoint) = match starting_position(&lease.checkpoint, first_delivered.as_deref(), self.initial_timestamp_ms) {
+            Start::Read(start, last_checkpoint) => (start, last_checkpoint),
+            Start::Finished => return Interrupt::Done(Outcome::ShardEnd { children: lease.children }),
+            Start::Refused => {
+                return Interrupt::Done(Outcome::Refused(format!(
+                    "the lease of {shard_id} starts AT_TIMESTAMP but this worker has no timestamp; \
+                     start it with --initial-position AT_TIMESTAMP --initial-timestamp <RFC 3339>, \
+                     as the worker that created the lease was"
+                )));
+            }
         };
         let sink = LeaseSink { held: self.held.clone() };
         let mut instance = match self.processor.instantiate(&shard_id, Box::new(sink), last_checkpoint.clone()).await {
@@ -253,6 +246,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_restart_without_a_checkpoint_rereads_what_the_failed_attempt_was_given() {
+        let first = Some("4950");
+        for (checkpoint, timestamp) in [(Checkpoint::Latest, None), (Checkpoint::AtTimestamp, Some(1_700_000_000_000))] {
+            assert_eq!(
+                starting_position(&checkpoint, first, timestamp),
+                Start::Read(StartingPosition::At("4950".into()), None),
+                "{checkpoint:?}"
+            );
+        }
+        assert_eq!(starting_position(&Checkpoint::Latest, None, None), Start::Read(StartingPosition::Latest, None));
+        assert_eq!(starting_position(&Checkpoint::TrimHorizon, first, None), Start::Read(StartingPosition::TrimHorizon, None));
+        let done = Position::new("4960", None).unwrap();
+        assert_eq!(
+            starting_position(&Checkpoint::At(done.clone()), first, None),
+            Start::Read(StartingPosition::After(done.clone()), Some(done)),
+            "a checkpoint wins"
+        );
+        assert_eq!(starting_position(&Checkpoint::AtTimestamp, None, None), Start::Refused);
+    }
+
+    #[test]
     fn backoff_doubles_to_its_cap_and_starts_over_after_a_healthy_attempt() {
         let mut backoff = Backoff::new();
         let quick = Duration::from_secs(1);
@@ -262,6 +276,35 @@ mod tests {
         assert_eq!(*waits.last().unwrap(), BACKOFF.1, "capped");
         assert_eq!(backoff.after_failure(HEALTHY), BACKOFF.0, "a healthy period resets it");
         assert_eq!(backoff.after_failure(quick), BACKOFF.0 * 2);
+    }
+}
+
+/// Where an attempt starts reading.
+#[derive(Debug, PartialEq)]
+enum Start {
+    /// From here; with the checkpoint earlier ones may not go before.
+    Read(StartingPosition, Option<Position>),
+    /// The lease is at `SHARD_END` already.
+    Finished,
+    /// AT_TIMESTAMP without a timestamp.
+    Refused,
+}
+
+/// Where an attempt starts: after the checkpoint; for a lease with none, at
+/// its initial position — or, when an earlier attempt already delivered
+/// from there, at that attempt's first record (LATEST or a timestamp read
+/// again later would skip what it was given).
+fn starting_position(checkpoint: &Checkpoint, first_delivered: Option<&str>, initial_timestamp_ms: Option<i64>) -> Start {
+    let restart = first_delivered.map(|seq| StartingPosition::At(seq.to_owned()));
+    match checkpoint {
+        Checkpoint::TrimHorizon => Start::Read(StartingPosition::TrimHorizon, None),
+        Checkpoint::Latest => Start::Read(restart.unwrap_or(StartingPosition::Latest), None),
+        Checkpoint::AtTimestamp => match initial_timestamp_ms {
+            Some(ms) => Start::Read(restart.unwrap_or(StartingPosition::AtTimestamp(ms)), None),
+            None => Start::Refused,
+        },
+        Checkpoint::At(position) => Start::Read(StartingPosition::After(position.clone()), Some(position.clone())),
+        Checkpoint::ShardEnd => Start::Finished,
     }
 }
 
