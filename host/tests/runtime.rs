@@ -178,6 +178,21 @@ async fn spinning_guests_leave_the_async_runtime_free() {
     assert!(longest < Duration::from_millis(1000), "a 50 ms ticker waited {longest:?} while guests spun");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_call_stops_long_before_its_deadline() {
+    let processor = load("faulty").await; // 30 s deadline
+    let mut instance = processor.instantiate("s", Box::new(Recorded::default()), None).await.unwrap();
+    instance.initialize(&shard("s")).await.unwrap();
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = gone.clone();
+    instance.withdraw_when(Arc::new(move || flag.load(std::sync::atomic::Ordering::SeqCst)));
+    let call = tokio::spawn(async move { instance.process_records(&batch(1, &["spin"])).await });
+    tokio::time::sleep(Duration::from_millis(100)).await; // the guest spins meanwhile
+    gone.store(true, std::sync::atomic::Ordering::SeqCst);
+    let result = tokio::time::timeout(Duration::from_secs(10), call).await.expect("stopped, not run to its 30 s deadline");
+    assert_eq!(result.unwrap(), Err(CallError::Withdrawn));
+}
+
 #[tokio::test]
 async fn unbounded_allocation_hits_the_memory_cap() {
     let config = RuntimeConfig { memory_limit: 32 << 20, ..Default::default() };

@@ -34,6 +34,10 @@ pub enum CallError {
     /// The processor trapped (a panic, an `unreachable`, a bad memory access...).
     #[error("processor trapped: {0}")]
     Trap(String),
+    /// The caller withdrew the call while it ran (see
+    /// [`ShardInstance::withdraw_when`]); its result would not have been used.
+    #[error("processor call was stopped: its result could no longer be used")]
+    Withdrawn,
 }
 
 impl CallError {
@@ -53,6 +57,10 @@ pub(crate) struct ShardState {
     checkpoints: Checkpoints,
     /// When the current call must stop (wall clock).
     call_ends: Instant,
+    /// Stops a running call once it returns true.
+    withdrawn: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// Set when a call was stopped because of `withdrawn`.
+    was_withdrawn: bool,
 }
 
 /// [`StoreLimits`], remembering whether it refused a memory growth so a
@@ -148,14 +156,21 @@ impl Processor {
             memory,
             checkpoints: Checkpoints::new(sink, last_checkpoint),
             call_ends: Instant::now() + config.call_deadline,
+            withdrawn: None,
+            was_withdrawn: false,
         };
         let mut store = Store::new(runtime.engine(), state);
         store.limiter(|state| &mut state.memory);
         // At every epoch tick a running guest yields to the async runtime
         // (so a busy guest never holds a worker thread that renewals and I/O
         // need), and is stopped once its call is past the deadline.
-        store.epoch_deadline_callback(|store| {
-            if Instant::now() >= store.data().call_ends {
+        store.epoch_deadline_callback(|mut store| {
+            let state = store.data_mut();
+            if Instant::now() >= state.call_ends {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            if state.withdrawn.as_ref().is_some_and(|withdrawn| withdrawn()) {
+                state.was_withdrawn = true;
                 return Ok(UpdateDeadline::Interrupt);
             }
             Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
@@ -180,7 +195,9 @@ struct Limits {
 impl Limits {
     /// Names a trap for what caused it.
     fn classify(self, error: wasmtime::Error, store: &Store<ShardState>) -> CallError {
-        if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) && store.data().was_withdrawn {
+            CallError::Withdrawn
+        } else if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
             CallError::DeadlineExceeded(self.call_deadline)
         } else if store.data().memory.refused {
             CallError::MemoryLimit(self.memory_limit)
@@ -218,6 +235,13 @@ impl ShardInstance {
         }
         let result = self.processor.kcl_processor_record_processor().call_shutdown(&mut self.store, reason).await;
         self.finish_call(result)
+    }
+
+    /// Stops any call of this instance, within one epoch tick, once
+    /// `withdrawn` returns true (the caller can no longer use its result);
+    /// the call fails with [`CallError::Withdrawn`] and the instance is spent.
+    pub fn withdraw_when(&mut self, withdrawn: Arc<dyn Fn() -> bool + Send + Sync>) {
+        self.store.data_mut().withdrawn = Some(withdrawn);
     }
 
     /// Refuses every checkpoint from now on: the caller no longer holds the lease.

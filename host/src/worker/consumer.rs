@@ -150,6 +150,10 @@ impl<S: LeaseStore> Consumer<S> {
             Ok(instance) => instance,
             Err(e) => return Interrupt::Failed(format!("instantiating the processor failed: {e}")),
         };
+        // A call still running when the lease's validity ends is stopped:
+        // nothing is delivered once another worker may own the shard.
+        let held = self.held.clone();
+        instance.withdraw_when(Arc::new(move || !held.is_valid()));
         let info = ShardInfo {
             stream_name: self.stream.clone(),
             shard_id: shard_id.clone(),
@@ -202,6 +206,10 @@ impl<S: LeaseStore> Consumer<S> {
                         return Some(self.finish_outcome(instance, outcome).await);
                     }
                     backoff = (backoff * 2).min(BACKOFF.1);
+                }
+                Err(CallError::Withdrawn) => {
+                    tracing::warn!(shard = %self.held.key(), "the lease's validity ran out during process-records: call stopped, batch not delivered");
+                    return Some(Interrupt::Done(Outcome::LeaseLost));
                 }
                 Err(e) => return Some(Interrupt::Failed(format!("process-records failed: {e}"))),
             }
