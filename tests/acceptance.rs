@@ -271,6 +271,42 @@ async fn an_at_timestamp_lease_without_a_timestamp_is_refused() {
     assert_eq!(lease(&leases(&aws.dynamodb, &application).await, &shard).owner, None, "the lease is given back");
 }
 
+/// A worker paused (SIGSTOP) in the middle of a batch, past the failover
+/// time, while another takes its shard: once continued, it delivers nothing
+/// more of that batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_delivers_nothing_after_its_lease_is_taken() {
+    const SIGSTOP: i32 = 19;
+    const SIGCONT: i32 = 18;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("paused"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    stream.put(&shard, &["a".to_owned(), "stall".to_owned(), "b".to_owned(), "c".to_owned()]).await;
+    let application = unique("paused-app");
+    let fast = ["--failover-time", "2s"];
+    let mut first = start_with("faulty", &stream.name, &application, "worker-1", &fast);
+    // One shard, two workers: the second is at its share with none, so it
+    // only takes the shard once the first stops renewing.
+    first.wait_for("the first record", LIMIT, |log| log.iter().any(|l| l.contains("kcl_host::guest: record ") && l.contains(" a shard="))).await;
+    first.signal(SIGSTOP); // inside the 3 s stall, mid-batch
+    let mut second = start_with("faulty", &stream.name, &application, "worker-2", &fast);
+    second.wait_for("the whole batch, taken over", LIMIT, |log| log.iter().any(|l| l.contains("kcl_host::guest: record ") && l.contains(" c shard="))).await;
+    first.signal(SIGCONT);
+    first.wait_for("the stopped call", LIMIT, |log| log.iter().any(|l| l.contains("validity ran out during process-records"))).await;
+
+    let (a, log_a) = first.interrupt().await;
+    let (b, log_b) = second.interrupt().await;
+    assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
+    let records = |log: &[String]| -> Vec<String> {
+        log.iter()
+            .filter(|l| l.contains("kcl_host::guest: record "))
+            .map(|l| l.rsplit_once(" shard=").unwrap().0.rsplit(' ').next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(records(&log_a), ["a"], "nothing after the pause from the first worker:\n{}", log_a.join("\n"));
+    assert_eq!(records(&log_b), ["a", "stall", "b", "c"], "all of it from the second (nothing was checkpointed)");
+}
+
 /// Runs `kcl-host` to its exit; returns (exit code, everything it printed).
 async fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kcl-host"))

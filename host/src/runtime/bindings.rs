@@ -3,7 +3,8 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "processor",
-    imports: { default: async },
+    // Trappable: a host call can stop a call that was withdrawn.
+    imports: { default: async | trappable },
     exports: { default: async },
     additional_derives: [PartialEq],
 });

@@ -90,21 +90,39 @@ impl WasiView for ShardState {
 
 impl bindings::kcl::processor::types::Host for ShardState {}
 
+impl ShardState {
+    /// At every host call: stops a call that was withdrawn, so a guest
+    /// cannot act (log a record, checkpoint) once its result is unwanted.
+    fn check_withdrawn(&mut self) -> wasmtime::Result<()> {
+        if self.withdrawn.as_ref().is_some_and(|withdrawn| withdrawn()) {
+            self.was_withdrawn = true;
+            return Err(Trap::Interrupt.into());
+        }
+        Ok(())
+    }
+}
+
 impl bindings::kcl::processor::checkpointer::Host for ShardState {
-    async fn checkpoint(&mut self) -> Result<(), CheckpointError> {
-        self.checkpoints.checkpoint_last().await
+    async fn checkpoint(&mut self) -> wasmtime::Result<Result<(), CheckpointError>> {
+        self.check_withdrawn()?;
+        Ok(self.checkpoints.checkpoint_last().await)
     }
 
-    async fn checkpoint_at(&mut self, sequence_number: String, sub_sequence_number: Option<u64>) -> Result<(), CheckpointError> {
-        let position = Position::new(&sequence_number, sub_sequence_number)
-            .map_err(|e| CheckpointError::InvalidSequenceNumber(e.to_string()))?;
-        self.checkpoints.checkpoint_at(position).await
+    async fn checkpoint_at(&mut self, sequence_number: String, sub_sequence_number: Option<u64>) -> wasmtime::Result<Result<(), CheckpointError>> {
+        self.check_withdrawn()?;
+        let position = match Position::new(&sequence_number, sub_sequence_number) {
+            Ok(position) => position,
+            Err(e) => return Ok(Err(CheckpointError::InvalidSequenceNumber(e.to_string()))),
+        };
+        Ok(self.checkpoints.checkpoint_at(position).await)
     }
 }
 
 impl bindings::kcl::processor::log::Host for ShardState {
-    async fn log(&mut self, level: LogLevel, message: String) {
+    async fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {
+        self.check_withdrawn()?;
         guest_log::emit(&self.shard, level, &message);
+        Ok(())
     }
 }
 

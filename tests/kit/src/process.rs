@@ -79,6 +79,13 @@ impl KclHost {
         self.lines.lock().await.iter().filter_map(|line| parse_delivered(line)).collect()
     }
 
+    /// Sends a signal (SIGSTOP, SIGCONT, ...) and returns at once.
+    pub fn signal(&self, signal: i32) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc_kill(pid, signal) };
+    }
+
     /// Sends SIGINT and waits for the exit status.
     pub async fn interrupt(mut self) -> (std::process::ExitStatus, Vec<String>) {
         let pid = self.child.id().expect("running") as i32;

@@ -3,6 +3,7 @@
 //!
 //! - `panic`: panics (a trap)
 //! - `spin`: loops forever (hits the call deadline)
+//! - `stall`: busy for 3 s of wall-clock time, then goes on with the batch
 //! - `hog`: allocates without end (hits the memory cap)
 //! - `retry`: returns a retryable error the first time it sees the record
 //! - `fatal`: returns a fatal error
@@ -36,6 +37,13 @@ impl RecordProcessor for Faulty {
                     loop {
                         n = std::hint::black_box(n.wrapping_add(1));
                     }
+                }
+                "stall" => {
+                    let start = std::time::Instant::now();
+                    while start.elapsed() < std::time::Duration::from_secs(3) {
+                        std::hint::spin_loop();
+                    }
+                    kcl_guest::info!("record {} stall", record.sequence_number);
                 }
                 "hog" => {
                     let mut hoard: Vec<Vec<u8>> = Vec::new();
