@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kcl_host::lease::{Checkpoint, Lease};
 use kcl_testkit::process::{Delivered, KclHost};
-use kcl_testkit::{clients, leases, test_cache_dir, unique, TestStream};
+use kcl_testkit::{clients, leases, test_cache_dir, unique, write_leases, TestStream};
 
 /// A guest's path, as an argument.
 fn guest(name: &str) -> String {
@@ -224,8 +224,6 @@ async fn after_a_crash_another_worker_resumes_from_the_last_checkpoint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_past_retention_ends_and_its_child_runs() {
-    use kcl_host::lease::dynamo::DynamoStore;
-    use kcl_host::lease::LeaseStore;
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("aged"), 1).await;
     let child = stream.shards().await[0].id.clone();
@@ -233,11 +231,12 @@ async fn a_parent_past_retention_ends_and_its_child_runs() {
     stream.put(&child, &records).await;
     // The child's parent aged out of the stream, but its lease was never finished.
     let application = unique("aged-app");
-    let store = DynamoStore::new(aws.dynamodb.clone(), &application);
-    store.ensure_table().await.unwrap();
     let parent = "shardId-000000000099".to_owned();
-    store.create(&Lease::new(&parent, Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
-    store.create(&Lease::new(&child, Checkpoint::TrimHorizon, BTreeSet::from([parent.clone()]))).await.unwrap();
+    let rows = [
+        Lease::new(&parent, Checkpoint::TrimHorizon, BTreeSet::new()),
+        Lease::new(&child, Checkpoint::TrimHorizon, BTreeSet::from([parent.clone()])),
+    ];
+    write_leases(&aws.dynamodb, &application, &rows).await;
 
     let mut host = start("counter", &stream.name, &application, "worker-1");
     host.wait_for("the child's records", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 10).await;
@@ -252,16 +251,12 @@ async fn a_parent_past_retention_ends_and_its_child_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_at_timestamp_lease_without_a_timestamp_is_refused() {
-    use kcl_host::lease::dynamo::DynamoStore;
-    use kcl_host::lease::LeaseStore;
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("stamp"), 1).await;
     let shard = stream.shards().await[0].id.clone();
     let application = unique("stamp-app");
-    let store = DynamoStore::new(aws.dynamodb.clone(), &application);
-    store.ensure_table().await.unwrap();
     // Created by a worker started with --initial-position AT_TIMESTAMP.
-    store.create(&Lease::new(&shard, Checkpoint::AtTimestamp, BTreeSet::new())).await.unwrap();
+    write_leases(&aws.dynamodb, &application, &[Lease::new(&shard, Checkpoint::AtTimestamp, BTreeSet::new())]).await;
 
     let host = start("counter", &stream.name, &application, "worker-1");
     let (status, log) = host.wait_exit(LIMIT).await;

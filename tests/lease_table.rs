@@ -184,3 +184,24 @@ async fn a_retried_write_that_was_applied_is_not_a_lost_lease() {
     assert!(plain.renew(&renewed).await.unwrap().is_none());
     assert_eq!(plain.list().await.unwrap()[0].owner, stolen.owner);
 }
+
+#[tokio::test]
+async fn a_table_that_is_not_a_lease_table_is_refused_by_name() {
+    use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+    let aws = clients().await;
+    let table = unique("orders-table");
+    aws.dynamodb
+        .create_table()
+        .table_name(&table)
+        .key_schema(KeySchemaElement::builder().attribute_name("orderId").key_type(KeyType::Hash).build().unwrap())
+        .attribute_definitions(
+            AttributeDefinition::builder().attribute_name("orderId").attribute_type(ScalarAttributeType::S).build().unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    let err = DynamoStore::new(aws.dynamodb.clone(), &table).ensure_table().await.unwrap_err().to_string();
+    assert!(err.contains("keyed by `orderId` (HASH)"), "{err}");
+    assert!(err.contains("--application names the lease table"), "{err}");
+}

@@ -135,6 +135,16 @@ impl TestStream {
     }
 }
 
+/// Creates an application's lease table holding `rows`, as another worker
+/// (or an earlier run) would have left it.
+pub async fn write_leases(dynamodb: &aws_sdk_dynamodb::Client, table: &str, rows: &[Lease]) {
+    let store = DynamoStore::new(dynamodb.clone(), table);
+    store.ensure_table().await.expect("creating the lease table");
+    for row in rows {
+        assert!(store.create(row).await.expect("writing a lease"), "{} already exists", row.key);
+    }
+}
+
 /// Every lease in an application's table.
 pub async fn leases(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<Lease> {
     DynamoStore::new(dynamodb.clone(), table).list().await.expect("reading the lease table")
