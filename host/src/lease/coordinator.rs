@@ -138,13 +138,50 @@ impl<S: LeaseStore> HeldLease<S> {
     }
 }
 
+/// The leases this worker holds, shared by the coordinator and its renewer.
+type Held<S> = Arc<StdMutex<HashMap<String, Arc<HeldLease<S>>>>>;
+
+/// Renews the leases a [`Coordinator`] holds; runs in a task of its own so a
+/// slow take pass, shard sync or ListShards never delays a renewal.
+pub struct Renewer<S> {
+    held: Held<S>,
+}
+
+impl<S: LeaseStore> Renewer<S> {
+    /// Renews every held lease at once (one slow write does not hold up the
+    /// others); returns, and forgets, the ones lost.
+    pub async fn renew_all(&self) -> Vec<Arc<HeldLease<S>>> {
+        let held: Vec<_> = self.held.lock().expect("not poisoned").values().cloned().collect();
+        let mut renewals = tokio::task::JoinSet::new();
+        for lease in held {
+            renewals.spawn(async move { (lease.renew().await, lease) });
+        }
+        let mut lost = Vec::new();
+        while let Some(renewal) = renewals.join_next().await {
+            let (renewed, lease) = renewal.expect("a renewal does not panic");
+            if !renewed {
+                lease.mark_lost();
+                lost.push(lease);
+            }
+        }
+        let mut held = self.held.lock().expect("not poisoned");
+        for lease in &lost {
+            // Only this take: the shard may have been taken again meanwhile.
+            if held.get(lease.key()).is_some_and(|current| Arc::ptr_eq(current, lease)) {
+                held.remove(lease.key());
+            }
+        }
+        lost
+    }
+}
+
 /// Takes, renews and releases this worker's leases.
 pub struct Coordinator<S> {
     store: Arc<S>,
     worker_id: String,
     settings: TakeSettings,
     tracker: ExpiryTracker,
-    held: HashMap<String, Arc<HeldLease<S>>>,
+    held: Held<S>,
     rng: fastrand::Rng,
     next_id: u64,
     /// Children already logged as waiting on an unreadable parent row.
@@ -161,7 +198,7 @@ impl<S: LeaseStore> Coordinator<S> {
             worker_id: worker_id.into(),
             settings,
             tracker: ExpiryTracker::default(),
-            held: HashMap::new(),
+            held: Held::default(),
             rng: fastrand::Rng::new(),
             next_id: 0,
             waiting_logged: HashSet::new(),
@@ -180,7 +217,7 @@ impl<S: LeaseStore> Coordinator<S> {
             let leases = self.without_unreadable_parents(scan);
             let now = Instant::now();
             self.tracker.observe(&leases, now);
-            let held: HashSet<String> = self.held.keys().cloned().collect();
+            let held: HashSet<String> = self.held.lock().expect("not poisoned").keys().cloned().collect();
             let plan = rules::plan_take(&leases, &self.worker_id, &held, &self.tracker, now, &self.settings, &mut self.rng);
             // One conditional write per lease, all at once: a first pass over
             // many shards should not wait on them one by one.
@@ -202,7 +239,7 @@ impl<S: LeaseStore> Coordinator<S> {
                         }
                         self.next_id += 1;
                         let held = Arc::new(HeldLease::new(self.next_id, self.store.clone(), updated, sent, stealing, self.settings.clone()));
-                        self.held.insert(lease.key.clone(), held.clone());
+                        self.held.lock().expect("not poisoned").insert(lease.key.clone(), held.clone());
                         taken.push(held);
                     }
                     Ok(None) => lost_race = true,
@@ -238,24 +275,19 @@ impl<S: LeaseStore> Coordinator<S> {
             .collect()
     }
 
+    /// The renewer of this coordinator's leases, to run in its own task.
+    pub fn renewer(&self) -> Renewer<S> {
+        Renewer { held: self.held.clone() }
+    }
+
     /// Renews every held lease; returns (and forgets) the ones lost.
     pub async fn renew_all(&mut self) -> Vec<Arc<HeldLease<S>>> {
-        let mut lost = Vec::new();
-        for held in self.held.values() {
-            if !held.renew().await {
-                held.mark_lost();
-                lost.push(held.clone());
-            }
-        }
-        for held in &lost {
-            self.held.remove(held.key());
-        }
-        lost
+        self.renewer().renew_all().await
     }
 
     /// Stops tracking a lease whose shard was processed to its end.
     pub fn finished(&mut self, key: &str) {
-        self.held.remove(key);
+        self.held.lock().expect("not poisoned").remove(key);
     }
 
     /// The consumer of `held` ended without finishing the shard (its
@@ -264,15 +296,17 @@ impl<S: LeaseStore> Coordinator<S> {
     /// takes the row again (if nobody else did) and starts a new consumer.
     /// A newer take of the same shard is left alone.
     pub fn consumer_ended(&mut self, held: &Arc<HeldLease<S>>) {
-        if self.held.get(held.key()).is_some_and(|current| Arc::ptr_eq(current, held)) {
+        let mut current = self.held.lock().expect("not poisoned");
+        if current.get(held.key()).is_some_and(|current| Arc::ptr_eq(current, held)) {
             held.mark_lost();
-            self.held.remove(held.key());
+            current.remove(held.key());
         }
     }
 
     /// Gives one lease back (owner cleared) so other workers take it in their next pass.
     pub async fn evict(&mut self, key: &str) -> Result<(), LeaseError> {
-        if let Some(held) = self.held.remove(key) {
+        let removed = self.held.lock().expect("not poisoned").remove(key);
+        if let Some(held) = removed {
             held.mark_lost();
             let lease = held.lease.lock().await;
             self.store.evict(&lease).await?;
@@ -334,6 +368,22 @@ mod tests {
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let taken: Vec<String> = a.take_pass().await.unwrap().iter().map(|h| h.key().to_owned()).collect();
         assert_eq!(taken, ["other"], "an unreadable parent is not a finished parent");
+    }
+
+    #[tokio::test]
+    async fn renewals_go_on_while_a_take_pass_waits_on_the_table() {
+        let store = Arc::new(MemoryStore::default());
+        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        a.take_pass().await.unwrap();
+        let renewer = a.renewer();
+        store.hold_scans();
+        let pass = tokio::spawn(async move { a.take_pass().await.map(|taken| taken.len()) });
+        let before = store.get("s0").unwrap().counter;
+        assert!(renewer.renew_all().await.is_empty());
+        assert_eq!(store.get("s0").unwrap().counter, before + 1, "renewed while the pass is stuck");
+        store.release_scans();
+        assert_eq!(pass.await.unwrap().unwrap(), 0);
     }
 
     #[tokio::test]

@@ -14,6 +14,8 @@ pub(crate) struct MemoryStore {
     failing_takes: Arc<Mutex<HashSet<String>>>,
     /// Keys of rows that scans report as unreadable.
     unreadable: Arc<Mutex<BTreeSet<String>>>,
+    /// While set, scans wait for it to be lifted (a slow table).
+    scans_held: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl MemoryStore {
@@ -39,6 +41,15 @@ impl MemoryStore {
         self.unreadable.lock().unwrap().insert(key.to_owned());
     }
 
+    /// Makes scans wait until [`MemoryStore::release_scans`].
+    pub(crate) fn hold_scans(&self) {
+        self.scans_held.send_replace(true);
+    }
+
+    pub(crate) fn release_scans(&self) {
+        self.scans_held.send_replace(false);
+    }
+
     /// Makes every take of `key` fail as an unavailable table would.
     pub(crate) fn fail_takes_of(&self, key: &str) {
         self.failing_takes.lock().unwrap().insert(key.to_owned());
@@ -51,6 +62,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn scan(&self) -> Result<LeaseScan, LeaseError> {
+        let _ = self.scans_held.subscribe().wait_for(|held| !held).await;
         let leases = self.rows.lock().unwrap().values().cloned().collect();
         Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone() })
     }

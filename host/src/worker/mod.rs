@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 
 use crate::aws::{AwsClients, AwsError};
 use crate::config::WorkerConfig;
-use crate::lease::coordinator::{Coordinator, HeldLease};
+use crate::lease::coordinator::{Coordinator, HeldLease, Renewer};
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::{Lease, LeaseError, LeaseStore};
 use crate::runtime::Processor;
@@ -106,10 +106,11 @@ pub async fn run(
     }
     tracing::info!(leases = running.len(), "first lease pass done in {:?}", started.elapsed());
 
-    let mut renew = tokio::time::interval(config.take.failover_time / 3);
+    // Renewals in a task of their own: no take pass or shard sync delays them.
+    let renewals = tokio::spawn(renew_every(coordinator.renewer(), config.take.failover_time / 3));
     let mut take = tokio::time::interval(config.take.failover_time);
     let mut sync = tokio::time::interval(config.shard_sync_interval);
-    for timer in [&mut renew, &mut take, &mut sync] {
+    for timer in [&mut take, &mut sync] {
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         timer.reset();
     }
@@ -119,11 +120,6 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = renew.tick() => {
-                for held in coordinator.renew_all().await {
-                    tracing::warn!(shard = %held.key(), "lease lost; stopping delivery");
-                }
-            }
             _ = take.tick() => {
                 take_and_spawn(&mut coordinator, |h| spawn(h, &mut consumers, &mut running)).await;
             }
@@ -171,6 +167,8 @@ pub async fn run(
         tracing::warn!("processors did not stop within {STOP_TIMEOUT:?}; their leases expire instead");
         consumers.abort_all();
     }
+    // Processors are done: stop renewing, then give the leases back.
+    renewals.abort();
     while let Ok((held, outcome)) = ended_rx.try_recv() {
         if let Outcome::ShardEnd { .. } = outcome {
             coordinator.finished(held.key());
@@ -189,6 +187,19 @@ pub async fn run(
     match refused {
         Some(reason) => Err(WorkerError::Refused(reason)),
         None => Ok(summary),
+    }
+}
+
+/// Renews the held leases every `period`, until aborted.
+async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, period: Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.reset();
+    loop {
+        tick.tick().await;
+        for held in renewer.renew_all().await {
+            tracing::warn!(shard = %held.key(), "lease lost; stopping delivery");
+        }
     }
 }
 
