@@ -13,8 +13,19 @@ use crate::runtime::RuntimeConfig;
 #[derive(Debug, Parser)]
 #[command(name = "kcl-host", version, propagate_version = true)]
 pub struct Cli {
+    /// Log lines as text, or as one JSON object per line (fields such as
+    /// `shard` at the top level) for log shippers.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "KCL_HOST_LOG_FORMAT")]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written (to stderr).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

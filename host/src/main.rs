@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kcl_host::aws::AwsClients;
-use kcl_host::cli::{Cli, Command, ReplayArgs, RunArgs};
+use kcl_host::cli::{Cli, Command, LogFormat, ReplayArgs, RunArgs};
 use kcl_host::config::{Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
 use kcl_host::runtime::bindings::ShardInfo;
@@ -12,12 +12,13 @@ use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => log.json().flatten_event(true).with_current_span(false).init(),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("starting tokio");
     let result = runtime.block_on(async {
         match cli.command {

@@ -33,6 +33,24 @@ fn every_example_replays_the_sample() {
 }
 
 #[test]
+fn json_logs_are_one_object_per_line_with_the_shard_as_a_field() {
+    let (code, stdout, stderr) = replay("counter", &["--log-format", "json", "--shard-id", "shardId-000000000007"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let records: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["message"].as_str().is_some_and(|m| m.starts_with("record "))).collect();
+    assert_eq!(records.len(), 5, "{stderr}");
+    for record in records {
+        assert_eq!(record["shard"], "shardId-000000000007", "{record}");
+        assert_eq!(record["target"], "kcl_host::guest", "{record}");
+        assert_eq!(record["level"], "INFO", "{record}");
+    }
+}
+
+#[test]
 fn the_aggregates_checkpoint_each_batch_and_total_per_user() {
     for example in ["json-aggregate", "go-json-aggregate"] {
         check_aggregate(example);
