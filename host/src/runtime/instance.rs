@@ -91,8 +91,9 @@ impl WasiView for ShardState {
 impl bindings::kcl::processor::types::Host for ShardState {}
 
 impl ShardState {
-    /// At every host call: stops a call that was withdrawn, so a guest
-    /// cannot act (log a record, checkpoint) once its result is unwanted.
+    /// At every epoch tick and host call: stops a call that was withdrawn,
+    /// so a guest cannot act (log a record, checkpoint) once its result is
+    /// unwanted.
     fn check_withdrawn(&mut self) -> wasmtime::Result<()> {
         if self.withdrawn.as_ref().is_some_and(|withdrawn| withdrawn()) {
             self.was_withdrawn = true;
@@ -187,10 +188,7 @@ impl Processor {
             if Instant::now() >= state.call_ends {
                 return Ok(UpdateDeadline::Interrupt);
             }
-            if state.withdrawn.as_ref().is_some_and(|withdrawn| withdrawn()) {
-                state.was_withdrawn = true;
-                return Ok(UpdateDeadline::Interrupt);
-            }
+            state.check_withdrawn()?;
             Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
         });
         store.set_epoch_deadline(1);
@@ -213,10 +211,12 @@ struct Limits {
 impl Limits {
     /// Names a trap for what caused it.
     fn classify(self, error: wasmtime::Error, store: &Store<ShardState>) -> CallError {
-        if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) && store.data().was_withdrawn {
-            CallError::Withdrawn
-        } else if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-            CallError::DeadlineExceeded(self.call_deadline)
+        if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            if store.data().was_withdrawn {
+                CallError::Withdrawn
+            } else {
+                CallError::DeadlineExceeded(self.call_deadline)
+            }
         } else if store.data().memory.refused {
             CallError::MemoryLimit(self.memory_limit)
         } else {

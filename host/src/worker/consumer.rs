@@ -249,44 +249,6 @@ impl<S: LeaseStore> Consumer<S> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_restart_without_a_checkpoint_rereads_what_the_failed_attempt_was_given() {
-        let first = Some("4950");
-        for (checkpoint, timestamp) in [(Checkpoint::Latest, None), (Checkpoint::AtTimestamp, Some(1_700_000_000_000))] {
-            assert_eq!(
-                starting_position(&checkpoint, first, timestamp),
-                Start::Read(StartingPosition::At("4950".into()), None),
-                "{checkpoint:?}"
-            );
-        }
-        assert_eq!(starting_position(&Checkpoint::Latest, None, None), Start::Read(StartingPosition::Latest, None));
-        assert_eq!(starting_position(&Checkpoint::TrimHorizon, first, None), Start::Read(StartingPosition::TrimHorizon, None));
-        let done = Position::new("4960", None).unwrap();
-        assert_eq!(
-            starting_position(&Checkpoint::At(done.clone()), first, None),
-            Start::Read(StartingPosition::After(done.clone()), Some(done)),
-            "a checkpoint wins"
-        );
-        assert_eq!(starting_position(&Checkpoint::AtTimestamp, None, None), Start::Refused);
-    }
-
-    #[test]
-    fn backoff_doubles_to_its_cap_and_starts_over_after_a_healthy_attempt() {
-        let mut backoff = Backoff::new();
-        let quick = Duration::from_secs(1);
-        let waits: Vec<Duration> = (0..8).map(|_| backoff.after_failure(quick)).collect();
-        assert_eq!(waits[0], BACKOFF.0);
-        assert_eq!(waits[1], BACKOFF.0 * 2);
-        assert_eq!(*waits.last().unwrap(), BACKOFF.1, "capped");
-        assert_eq!(backoff.after_failure(HEALTHY), BACKOFF.0, "a healthy period resets it");
-        assert_eq!(backoff.after_failure(quick), BACKOFF.0 * 2);
-    }
-}
-
 /// Where an attempt starts reading.
 #[derive(Debug, PartialEq)]
 enum Start {
@@ -329,5 +291,43 @@ impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
                 CheckpointFailure::Unavailable(message) => CheckpointError::Unavailable(message),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restart_without_a_checkpoint_rereads_what_the_failed_attempt_was_given() {
+        let first = Some("4950");
+        for (checkpoint, timestamp) in [(Checkpoint::Latest, None), (Checkpoint::AtTimestamp, Some(1_700_000_000_000))] {
+            assert_eq!(
+                starting_position(&checkpoint, first, timestamp),
+                Start::Read(StartingPosition::At("4950".into()), None),
+                "{checkpoint:?}"
+            );
+        }
+        assert_eq!(starting_position(&Checkpoint::Latest, None, None), Start::Read(StartingPosition::Latest, None));
+        assert_eq!(starting_position(&Checkpoint::TrimHorizon, first, None), Start::Read(StartingPosition::TrimHorizon, None));
+        let done = Position::new("4960", None).unwrap();
+        assert_eq!(
+            starting_position(&Checkpoint::At(done.clone()), first, None),
+            Start::Read(StartingPosition::After(done.clone()), Some(done)),
+            "a checkpoint wins"
+        );
+        assert_eq!(starting_position(&Checkpoint::AtTimestamp, None, None), Start::Refused);
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_starts_over_after_a_healthy_attempt() {
+        let mut backoff = Backoff::new();
+        let quick = Duration::from_secs(1);
+        let waits: Vec<Duration> = (0..8).map(|_| backoff.after_failure(quick)).collect();
+        assert_eq!(waits[0], BACKOFF.0);
+        assert_eq!(waits[1], BACKOFF.0 * 2);
+        assert_eq!(*waits.last().unwrap(), BACKOFF.1, "capped");
+        assert_eq!(backoff.after_failure(HEALTHY), BACKOFF.0, "a healthy period resets it");
+        assert_eq!(backoff.after_failure(quick), BACKOFF.0 * 2);
     }
 }
