@@ -141,6 +141,11 @@ impl<S: LeaseStore> HeldLease<S> {
 /// The leases this worker holds, shared by the coordinator and its renewer.
 type Held<S> = Arc<StdMutex<HashMap<String, Arc<HeldLease<S>>>>>;
 
+/// The held map; no code panics while holding it.
+fn lock<S>(held: &Held<S>) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HeldLease<S>>>> {
+    held.lock().expect("not poisoned")
+}
+
 /// Renews the leases a [`Coordinator`] holds; runs in a task of its own so a
 /// slow take pass, shard sync or ListShards never delays a renewal.
 pub struct Renewer<S> {
@@ -151,7 +156,7 @@ impl<S: LeaseStore> Renewer<S> {
     /// Renews every held lease at once (one slow write does not hold up the
     /// others); returns, and forgets, the ones lost.
     pub async fn renew_all(&self) -> Vec<Arc<HeldLease<S>>> {
-        let held: Vec<_> = self.held.lock().expect("not poisoned").values().cloned().collect();
+        let held: Vec<_> = lock(&self.held).values().cloned().collect();
         let mut renewals = tokio::task::JoinSet::new();
         for lease in held {
             renewals.spawn(async move { (lease.renew().await, lease) });
@@ -164,7 +169,7 @@ impl<S: LeaseStore> Renewer<S> {
                 lost.push(lease);
             }
         }
-        let mut held = self.held.lock().expect("not poisoned");
+        let mut held = lock(&self.held);
         for lease in &lost {
             // Only this take: the shard may have been taken again meanwhile.
             if held.get(lease.key()).is_some_and(|current| Arc::ptr_eq(current, lease)) {
@@ -217,7 +222,7 @@ impl<S: LeaseStore> Coordinator<S> {
             let leases = self.without_unreadable_parents(scan);
             let now = Instant::now();
             self.tracker.observe(&leases, now);
-            let held: HashSet<String> = self.held.lock().expect("not poisoned").keys().cloned().collect();
+            let held: HashSet<String> = lock(&self.held).keys().cloned().collect();
             let plan = rules::plan_take(&leases, &self.worker_id, &held, &self.tracker, now, &self.settings, &mut self.rng);
             // One conditional write per lease, all at once: a first pass over
             // many shards should not wait on them one by one.
@@ -239,7 +244,7 @@ impl<S: LeaseStore> Coordinator<S> {
                         }
                         self.next_id += 1;
                         let held = Arc::new(HeldLease::new(self.next_id, self.store.clone(), updated, sent, stealing, self.settings.clone()));
-                        self.held.lock().expect("not poisoned").insert(lease.key.clone(), held.clone());
+                        lock(&self.held).insert(lease.key.clone(), held.clone());
                         taken.push(held);
                     }
                     Ok(None) => lost_race = true,
@@ -287,7 +292,7 @@ impl<S: LeaseStore> Coordinator<S> {
 
     /// Stops tracking a lease whose shard was processed to its end.
     pub fn finished(&mut self, key: &str) {
-        self.held.lock().expect("not poisoned").remove(key);
+        lock(&self.held).remove(key);
     }
 
     /// The consumer of `held` ended without finishing the shard (its
@@ -296,7 +301,7 @@ impl<S: LeaseStore> Coordinator<S> {
     /// takes the row again (if nobody else did) and starts a new consumer.
     /// A newer take of the same shard is left alone.
     pub fn consumer_ended(&mut self, held: &Arc<HeldLease<S>>) {
-        let mut current = self.held.lock().expect("not poisoned");
+        let mut current = lock(&self.held);
         if current.get(held.key()).is_some_and(|current| Arc::ptr_eq(current, held)) {
             held.mark_lost();
             current.remove(held.key());
@@ -305,7 +310,7 @@ impl<S: LeaseStore> Coordinator<S> {
 
     /// Gives one lease back (owner cleared) so other workers take it in their next pass.
     pub async fn evict(&mut self, key: &str) -> Result<(), LeaseError> {
-        let removed = self.held.lock().expect("not poisoned").remove(key);
+        let removed = lock(&self.held).remove(key);
         if let Some(held) = removed {
             held.mark_lost();
             let lease = held.lease.lock().await;
