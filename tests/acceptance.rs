@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use kcl_host::aws::AwsClients;
 use kcl_host::lease::{Checkpoint, Lease};
 use kcl_testkit::process::{Delivered, KclHost};
 use kcl_testkit::{clients, leases, test_cache_dir, unique, write_leases, TestStream};
@@ -345,52 +346,147 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     assert!(!tables.table_names().contains(&table), "a bad stream name creates no lease table");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_workers_share_a_stream_and_balance() {
-    let aws = clients().await;
-    let stream = TestStream::create(&aws.kinesis, &unique("pair"), 4).await;
-    let mut all = BTreeSet::new();
+/// Two workers on a 4-shard stream, balanced: the second joined once the
+/// first held all four, and was given two of them.
+struct Pair {
+    aws: AwsClients,
+    stream: TestStream,
+    application: String,
+    first: KclHost,
+    /// `None` once the test stopped it.
+    second: Option<KclHost>,
+    /// Every record put so far.
+    records: BTreeSet<String>,
+}
+
+const PAIR_FLAGS: [&str; 2] = ["--failover-time", "1s"];
+
+impl Pair {
+    async fn start(name: &str) -> Self {
+        let aws = clients().await;
+        let stream = TestStream::create(&aws.kinesis, &unique(name), 4).await;
+        let application = unique(&format!("{name}-app"));
+        let mut records = BTreeSet::new();
+        put_all(&stream, "before", &mut records).await;
+        let mut first = start_with("counter", &stream.name, &application, "worker-1", &PAIR_FLAGS);
+        first.wait_for("all four shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 4).await;
+        let mut second = start_with("counter", &stream.name, &application, "worker-2", &PAIR_FLAGS);
+        // The first gives two leases back (after a checkpoint); the second takes them.
+        first.wait_for("two leases given back", LIMIT, |log| count_lines(log, "gave the lease back") >= 2).await;
+        second.wait_for("two leases", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+        Pair { aws, stream, application, first, second: Some(second), records }
+    }
+
+    fn second(&mut self) -> &mut KclHost {
+        self.second.as_mut().expect("still running")
+    }
+
+    async fn put(&mut self, phase: &str) {
+        put_all(&self.stream, phase, &mut self.records).await;
+    }
+
+    async fn owners(&self) -> BTreeMap<String, usize> {
+        let mut owners = BTreeMap::new();
+        for lease in leases(&self.aws.dynamodb, &self.application).await {
+            *owners.entry(lease.owner.unwrap_or_default()).or_default() += 1;
+        }
+        owners
+    }
+}
+
+/// Puts 10 records on every shard of `stream`, noting them in `records`.
+async fn put_all(stream: &TestStream, phase: &str, records: &mut BTreeSet<String>) {
     for shard in stream.shards().await {
-        let records = payloads(&shard.id, 10);
-        stream.put(&shard.id, &records).await;
-        all.extend(records);
+        let put = payloads(&format!("{phase}-{}", shard.id), 10);
+        stream.put(&shard.id, &put).await;
+        records.extend(put);
     }
-    let application = unique("pair-app");
-    let worker = |id: &str| start_with("counter", &stream.name, &application, id, &["--failover-time", "1s"]);
-    let mut first = worker("worker-1");
-    first.wait_for("all four shards", LIMIT, |log| log.iter().filter(|l| l.contains("initialize shardId")).count() >= 4).await;
-    let mut second = worker("worker-2");
-    // The second worker steals one lease per pass until both hold two.
-    second.wait_for("two stolen leases", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 2).await;
-    first.wait_for("two leases lost", LIMIT, |log| log.iter().filter(|l| l.contains("lease lost; stopping delivery")).count() >= 2).await;
+}
 
-    let table = leases(&aws.dynamodb, &application).await;
-    let mut per_owner: BTreeMap<String, usize> = BTreeMap::new();
-    for lease in &table {
-        *per_owner.entry(lease.owner.clone().unwrap_or_default()).or_default() += 1;
+/// Records delivered by any worker, each with how many times it came.
+fn delivery_counts<'a>(all: impl IntoIterator<Item = &'a Delivered>) -> BTreeMap<&'a str, (usize, &'a Delivered)> {
+    let mut counts: BTreeMap<&str, (usize, &Delivered)> = BTreeMap::new();
+    for d in all {
+        counts.entry(d.data.as_str()).or_insert((0, d)).0 += 1;
     }
-    assert_eq!(per_owner, BTreeMap::from([("worker-1".into(), 2), ("worker-2".into(), 2)]), "{table:#?}");
+    counts
+}
 
-    second.wait_for("the stolen shards' records", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 20).await;
-    let (by_first, by_second) = (first.delivered().await, second.delivered().await);
-    // Counted, not collected: each worker delivers each record at most once,
-    // and a record comes twice only from a shard that changed owner (the
-    // counter had not checkpointed it) — never from two owners at once.
-    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
-    for (worker, delivered) in [("worker-1", &by_first), ("worker-2", &by_second)] {
-        let mut seen = BTreeSet::new();
-        for d in delivered.iter() {
-            assert!(seen.insert(&d.data), "{worker} delivered {} twice", d.data);
-            *count.entry(d.data.as_str()).or_default() += 1;
+fn delivered_set(counts: &BTreeMap<&str, (usize, &Delivered)>) -> BTreeSet<String> {
+    counts.keys().map(|k| k.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_worker_is_given_its_share_without_duplicates() {
+    let mut pair = Pair::start("join").await;
+    assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 2), ("worker-2".into(), 2)]));
+    pair.put("after").await;
+    let total = pair.records.len();
+    pair.first.wait_for("the first's half", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 30).await;
+    pair.second().wait_for("the second's half", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 20).await;
+    let (by_first, by_second) = (pair.first.delivered().await, pair.second().delivered().await);
+    let counts = delivery_counts(by_first.iter().chain(&by_second));
+    assert_eq!(delivered_set(&counts), pair.records, "every record processed, none lost");
+    // A lease is given back after a checkpoint: nothing is delivered twice.
+    assert_eq!(by_first.len() + by_second.len(), total, "no duplicates");
+    let (a, log_a) = pair.first.interrupt().await;
+    let (b, log_b) = pair.second.take().unwrap().interrupt().await;
+    assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_worker_hands_its_shards_over_without_duplicates() {
+    const SIGTERM: i32 = 15;
+    let mut pair = Pair::start("handoff").await;
+    pair.second().signal(SIGTERM);
+    let (status, log_second) = pair.second.take().unwrap().wait_exit(LIMIT).await;
+    assert!(status.success(), "{}", log_second.join("\n"));
+    pair.put("after").await;
+    let total = pair.records.len();
+    pair.first.wait_for("every record", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= total - 20).await;
+    assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 4)]), "the first took all four");
+    let by_first = pair.first.delivered().await;
+    let by_second: Vec<Delivered> = log_second.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).collect();
+    let counts = delivery_counts(by_first.iter().chain(&by_second));
+    assert_eq!(delivered_set(&counts), pair.records, "every record processed, none lost");
+    assert_eq!(by_first.len() + by_second.len(), total, "the stopping worker checkpointed: no duplicates");
+    let (a, log_a) = pair.first.interrupt().await;
+    assert!(a.success(), "{}", log_a.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_is_replaced_and_only_records_after_its_checkpoints_come_twice() {
+    let mut pair = Pair::start("failover").await;
+    pair.put("middle").await;
+    pair.second().wait_for("its half of the middle records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 20).await;
+    let before_kill = pair.second().delivered().await;
+    pair.second.take().unwrap().kill().await;
+    let checkpoints: BTreeMap<String, Checkpoint> =
+        leases(&pair.aws.dynamodb, &pair.application).await.into_iter().map(|l| (l.key, l.checkpoint)).collect();
+    pair.put("after").await;
+    let expected = pair.records.clone();
+    pair.first
+        .wait_for("every record", LIMIT, |log| {
+            let seen: BTreeSet<String> = log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).map(|d| d.data).collect();
+            expected.iter().all(|r| before_kill.iter().any(|d| &d.data == r) || seen.contains(r))
+        })
+        .await;
+    assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 4)]), "the survivor took all four");
+    let by_first = pair.first.delivered().await;
+    let counts = delivery_counts(by_first.iter().chain(&before_kill));
+    assert_eq!(delivered_set(&counts), pair.records, "every record processed, none lost");
+    for (data, (n, d)) in &counts {
+        if *n > 1 {
+            let after = match &checkpoints[&d.shard] {
+                Checkpoint::At(position) => {
+                    let cp = position.sequence_number();
+                    (d.sequence_number.len(), d.sequence_number.as_str()) > (cp.len(), cp)
+                }
+                _ => true,
+            };
+            assert!(after, "{data} came {n} times though its shard had checkpointed past it");
         }
     }
-    let moved: BTreeSet<&str> = by_second.iter().map(|d| d.shard.as_str()).collect();
-    for (data, n) in &count {
-        let shard = by_first.iter().chain(&by_second).find(|d| d.data == *data).unwrap().shard.as_str();
-        assert!(*n == 1 || moved.contains(shard), "{data} delivered {n} times from a shard that never moved");
-    }
-    assert_eq!(count.keys().map(|k| k.to_string()).collect::<BTreeSet<_>>(), all, "every record processed, none lost");
-    let (a, log_a) = first.interrupt().await;
-    let (b, log_b) = second.interrupt().await;
-    assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
+    let (a, log_a) = pair.first.interrupt().await;
+    assert!(a.success(), "{}", log_a.join("\n"));
 }

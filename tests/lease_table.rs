@@ -92,9 +92,9 @@ async fn a_java_kcl_table_is_read_continued_and_not_damaged() {
     let failover_time = Duration::from_millis(300);
     let settings = TakeSettings { failover_time, ..Default::default() };
     let mut coordinator = Coordinator::new(store.clone(), "kcl-host-1", settings);
-    assert!(coordinator.take_pass().await.unwrap().is_empty(), "a live-looking lease is not taken");
+    assert!(coordinator.take_pass().await.unwrap().taken.is_empty(), "a live-looking lease is not taken");
     tokio::time::sleep(failover_time).await;
-    let taken = coordinator.take_pass().await.unwrap();
+    let taken = coordinator.take_pass().await.unwrap().taken;
     assert_eq!(taken.len(), 1, "the finished lease is not taken");
     let held = &taken[0];
     assert_eq!(held.key(), "shardId-000000000000");
@@ -126,12 +126,12 @@ async fn a_checkpoint_after_losing_the_lease_is_refused() {
     aws.dynamodb.put_item().table_name(&table).set_item(Some(row)).send().await.unwrap();
 
     let mut ours = Coordinator::new(store.clone(), "kcl-host-1", TakeSettings::default());
-    let held = ours.take_pass().await.unwrap().pop().unwrap();
+    let held = ours.take_pass().await.unwrap().taken.pop().unwrap();
     assert!(held.is_valid(), "still within our failover time");
     // Another worker, with a failover time of zero, deems it expired and takes it.
     let impatient = TakeSettings { failover_time: Duration::ZERO, ..Default::default() };
     let mut theirs = Coordinator::new(store.clone(), "kcl-host-2", impatient);
-    assert_eq!(theirs.take_pass().await.unwrap().len(), 1);
+    assert_eq!(theirs.take_pass().await.unwrap().taken.len(), 1);
 
     let position = Position::new("49590338271490256608559692538361571095921575989136589000", None).unwrap();
     assert_eq!(held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await, Err(CheckpointFailure::LeaseLost));

@@ -3,12 +3,13 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
 // tokio's clock: the lease simulation runs it paused, as a virtual clock.
 use tokio::time::Instant;
 
 use tokio::sync::{watch, Mutex};
 
-use super::rules::{self, ExpiryTracker, TakeSettings};
+use super::rules::{self, ExpiryTracker, Fleet, TakeSettings, View};
 use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 
 /// Why a checkpoint write did not happen.
@@ -18,6 +19,27 @@ pub enum CheckpointFailure {
     LeaseLost,
     #[error("the lease table could not be written: {0}")]
     Unavailable(String),
+}
+
+/// This worker's heartbeat. Other kcl-host workers take every lease of a
+/// worker whose heartbeat stopped for the failover time, so no lease is
+/// valid once the heartbeat is that old. Before the first heartbeat (and
+/// where none is kept, as in unit tests) only the lease's own renewals count.
+#[derive(Debug)]
+pub struct Liveness {
+    valid_until: StdMutex<Option<Instant>>,
+    failover_time: Duration,
+}
+
+impl Liveness {
+    /// Records a heartbeat write that succeeded; `sent` is when it was sent.
+    pub fn beat(&self, sent: Instant) {
+        *self.valid_until.lock().expect("not poisoned") = Some(sent + self.failover_time);
+    }
+
+    fn is_valid(&self, now: Instant) -> bool {
+        self.valid_until.lock().expect("not poisoned").is_none_or(|until| now < until)
+    }
 }
 
 /// A lease this worker holds, shared by the coordinator (which renews it)
@@ -36,13 +58,15 @@ pub struct HeldLease<S> {
     /// A stolen lease may still look valid to its previous owner until one
     /// failover time after the steal: delivery waits until then.
     deliver_after: Instant,
+    liveness: Arc<Liveness>,
     settings: TakeSettings,
 }
 
 impl<S: LeaseStore> HeldLease<S> {
-    fn new(id: u64, store: Arc<S>, lease: Lease, sent: Instant, stolen: bool, settings: TakeSettings) -> Self {
+    fn new(id: u64, store: Arc<S>, lease: Lease, sent: Instant, stolen: bool, liveness: Arc<Liveness>, settings: TakeSettings) -> Self {
         Self {
             id,
+            liveness,
             deliver_after: if stolen { sent + settings.failover_time } else { sent },
             key: lease.key.clone(),
             store,
@@ -74,10 +98,16 @@ impl<S: LeaseStore> HeldLease<S> {
         self.deliver_after
     }
 
-    /// Whether records may still be delivered: not lost, and renewed recently
-    /// enough that no other worker can have taken it.
+    /// Whether records may still be delivered: not lost, and renewed (and
+    /// heartbeat) recently enough that no other worker can have taken it.
     pub fn is_valid(&self) -> bool {
-        !*self.lost.borrow() && Instant::now() < *self.valid_until.lock().expect("not poisoned")
+        let now = Instant::now();
+        !*self.lost.borrow() && now < *self.valid_until.lock().expect("not poisoned") && self.liveness.is_valid(now)
+    }
+
+    /// Whether the last successful write was sent after `instant`.
+    fn written_after(&self, instant: Instant) -> bool {
+        *self.valid_until.lock().expect("not poisoned") > instant + self.settings.failover_time
     }
 
     /// Resolves once the lease is lost.
@@ -120,7 +150,8 @@ impl<S: LeaseStore> HeldLease<S> {
     /// worker, or not renewed within the failover time).
     async fn renew(&self) -> bool {
         let mut lease = self.lease.lock().await;
-        if *self.lost.borrow() {
+        // Without a heartbeat the others take this lease anyway.
+        if *self.lost.borrow() || !self.liveness.is_valid(Instant::now()) {
             return false;
         }
         let sent = Instant::now();
@@ -150,13 +181,18 @@ fn lock<S>(held: &Held<S>) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Held
 /// slow take pass, shard sync or ListShards never delays a renewal.
 pub struct Renewer<S> {
     held: Held<S>,
+    /// A lease written (checkpointed) within this long needs no renewal yet.
+    every: Duration,
 }
 
 impl<S: LeaseStore> Renewer<S> {
     /// Renews every held lease at once (one slow write does not hold up the
-    /// others); returns, and forgets, the ones lost.
+    /// others), except those a checkpoint wrote within the renewal period;
+    /// returns, and forgets, the ones lost.
     pub async fn renew_all(&self) -> Vec<Arc<HeldLease<S>>> {
-        let held: Vec<_> = lock(&self.held).values().cloned().collect();
+        let recently = Instant::now().checked_sub(self.every);
+        let held: Vec<_> =
+            lock(&self.held).values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect();
         let mut renewals = tokio::task::JoinSet::new();
         for lease in held {
             renewals.spawn(async move { (lease.renew().await, lease) });
@@ -187,10 +223,30 @@ pub struct Coordinator<S> {
     settings: TakeSettings,
     tracker: ExpiryTracker,
     held: Held<S>,
+    /// Held leases being given back to balance the fleet.
+    releasing: HashSet<String>,
+    fleet: Fleet,
+    liveness: Arc<Liveness>,
+    /// The leases as the last pass read them, for the shard sync.
+    leases: Vec<Lease>,
+    /// The earliest moment a lease the last pass saw could expire.
+    next_expiry: Option<Instant>,
     rng: fastrand::Rng,
     next_id: u64,
     /// Children already logged as waiting on an unreadable parent row.
     waiting_logged: HashSet<String>,
+}
+
+/// What one take pass decided.
+pub struct TakePass<S> {
+    /// Leases newly taken; the caller starts a consumer for each.
+    pub taken: Vec<Arc<HeldLease<S>>>,
+    /// Held leases to give back to balance the fleet: the caller stops their
+    /// consumers (`shutdown(requested)`, so they checkpoint) and then calls
+    /// [`Coordinator::evict`].
+    pub release: Vec<String>,
+    /// Short of the target while another worker is above it: pass again soon.
+    pub short: bool,
 }
 
 /// How many times one pass re-reads the table after losing a race for a lease.
@@ -201,9 +257,14 @@ impl<S: LeaseStore> Coordinator<S> {
         Self {
             store,
             worker_id: worker_id.into(),
-            settings,
+            settings: settings.clone(),
             tracker: ExpiryTracker::default(),
             held: Held::default(),
+            releasing: HashSet::new(),
+            fleet: Fleet::default(),
+            liveness: Arc::new(Liveness { valid_until: StdMutex::new(None), failover_time: settings.failover_time }),
+            leases: Vec::new(),
+            next_expiry: None,
             rng: fastrand::Rng::new(),
             next_id: 0,
             waiting_logged: HashSet::new(),
@@ -211,19 +272,26 @@ impl<S: LeaseStore> Coordinator<S> {
     }
 
     /// One take pass: reads the table and takes every lease the rules give
-    /// this worker, re-reading when another worker won a race. Returns the
-    /// leases newly taken; the caller must start a consumer for each. A take
-    /// that fails is logged and left for the next pass; only a failed read
-    /// of the table (before anything was taken) is an error.
-    pub async fn take_pass(&mut self) -> Result<Vec<Arc<HeldLease<S>>>, LeaseError> {
+    /// this worker, re-reading when another worker won a race, then decides
+    /// what to give back to balance the fleet. A take that fails is logged
+    /// and left for the next pass; only a failed read of the table (before
+    /// anything was taken) is an error.
+    pub async fn take_pass(&mut self) -> Result<TakePass<S>, LeaseError> {
         let mut taken = Vec::new();
+        if !self.liveness.is_valid(Instant::now()) {
+            tracing::warn!("taking no leases: this worker's heartbeat is overdue, so the others would take them");
+            return Ok(TakePass { taken, release: Vec::new(), short: false });
+        }
         for _ in 0..TAKE_ROUNDS {
             let scan = self.store.scan().await?;
-            let leases = self.without_unreadable_parents(scan);
             let now = Instant::now();
-            self.tracker.observe(&leases, now);
+            self.tracker.observe_leases(&scan.leases, now);
+            self.leases = scan.leases.clone();
+            let leases = self.without_unreadable_parents(scan);
             let held: HashSet<String> = lock(&self.held).keys().cloned().collect();
-            let plan = rules::plan_take(&leases, &self.worker_id, &held, &self.tracker, now, &self.settings, &mut self.rng);
+            let mut rng = self.rng.fork();
+            let plan = rules::plan_take(&leases, &self.view(&held, now), &self.settings, &mut rng);
+            let short = plan.short;
             // One conditional write per lease, all at once: a first pass over
             // many shards should not wait on them one by one.
             let mut attempts = tokio::task::JoinSet::new();
@@ -243,7 +311,9 @@ impl<S: LeaseStore> Coordinator<S> {
                             tracing::info!(shard = %lease.key, from = ?lease.owner, "stole a lease to balance the load");
                         }
                         self.next_id += 1;
-                        let held = Arc::new(HeldLease::new(self.next_id, self.store.clone(), updated, sent, stealing, self.settings.clone()));
+                        let liveness = self.liveness.clone();
+                        let held = HeldLease::new(self.next_id, self.store.clone(), updated, sent, stealing, liveness, self.settings.clone());
+                        let held = Arc::new(held);
                         lock(&self.held).insert(lease.key.clone(), held.clone());
                         taken.push(held);
                     }
@@ -253,10 +323,61 @@ impl<S: LeaseStore> Coordinator<S> {
                 }
             }
             if !lost_race {
-                break;
+                self.next_expiry = self.next_expiry(&leases);
+                let release = self.plan_release(&leases);
+                return Ok(TakePass { taken, release, short });
             }
         }
-        Ok(taken)
+        Ok(TakePass { taken, release: Vec::new(), short: true })
+    }
+
+    fn view<'a>(&'a self, held: &'a HashSet<String>, now: Instant) -> View<'a> {
+        View { me: &self.worker_id, held, releasing: &self.releasing, fleet: &self.fleet, tracker: &self.tracker, now }
+    }
+
+    /// Picks the held leases to give back, and marks them as on their way.
+    fn plan_release(&mut self, leases: &[Lease]) -> Vec<String> {
+        let held: HashSet<String> = lock(&self.held).keys().cloned().collect();
+        let count = rules::plan_release(leases, &self.view(&held, Instant::now()), &self.settings);
+        let mut candidates: Vec<String> = held.difference(&self.releasing).cloned().collect();
+        candidates.sort();
+        let release: Vec<String> = candidates.into_iter().rev().take(count).collect();
+        self.releasing.extend(release.iter().cloned());
+        release
+    }
+
+    /// When the first lease of an owner without a heartbeat could expire,
+    /// if its counter stays as read.
+    fn next_expiry(&self, leases: &[Lease]) -> Option<Instant> {
+        leases
+            .iter()
+            .filter(|l| l.owner.as_deref().is_some_and(|o| o != self.worker_id && !self.fleet.live.contains(o)))
+            .filter_map(|l| self.tracker.stale_at(&l.key, l.counter, self.settings.failover_time))
+            .filter(|at| *at > Instant::now())
+            .min()
+    }
+
+    /// The earliest moment a lease the last pass saw could expire: a take
+    /// pass then finds it expired, rather than up to a whole period later.
+    pub fn expiry_due(&self) -> Option<Instant> {
+        self.next_expiry
+    }
+
+    /// The leases as the last take pass read them (eventually consistent,
+    /// so possibly a little stale: good enough for the conditional writes of
+    /// a shard sync).
+    pub fn leases(&self) -> &[Lease] {
+        &self.leases
+    }
+
+    /// The fleet as the heartbeat rows show it now.
+    pub fn set_fleet(&mut self, fleet: Fleet) {
+        self.fleet = fleet;
+    }
+
+    /// This worker's heartbeat clock, for the task that writes the heartbeat.
+    pub fn liveness(&self) -> Arc<Liveness> {
+        self.liveness.clone()
     }
 
     /// The scan's leases, less those with a parent whose row cannot be read:
@@ -280,14 +401,15 @@ impl<S: LeaseStore> Coordinator<S> {
             .collect()
     }
 
-    /// The renewer of this coordinator's leases, to run in its own task.
-    pub fn renewer(&self) -> Renewer<S> {
-        Renewer { held: self.held.clone() }
+    /// The renewer of this coordinator's leases, to run in its own task
+    /// every `every`.
+    pub fn renewer(&self, every: Duration) -> Renewer<S> {
+        Renewer { held: self.held.clone(), every }
     }
 
     /// Renews every held lease; returns (and forgets) the ones lost.
     pub async fn renew_all(&mut self) -> Vec<Arc<HeldLease<S>>> {
-        self.renewer().renew_all().await
+        self.renewer(Duration::ZERO).renew_all().await
     }
 
     /// Stops tracking a lease whose shard was processed to its end.
@@ -310,6 +432,7 @@ impl<S: LeaseStore> Coordinator<S> {
 
     /// Gives one lease back (owner cleared) so other workers take it in their next pass.
     pub async fn evict(&mut self, key: &str) -> Result<(), LeaseError> {
+        self.releasing.remove(key);
         let removed = lock(&self.held).remove(key);
         if let Some(held) = removed {
             held.mark_lost();
@@ -331,7 +454,7 @@ mod tests {
         let store = Arc::new(MemoryStore::default());
         store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
-        let held = a.take_pass().await.unwrap().pop().unwrap();
+        let held = a.take_pass().await.unwrap().taken.pop().unwrap();
         let position = crate::runtime::sequence::Position::new("5", None).unwrap();
         held.checkpoint(Checkpoint::At(position.clone()), &BTreeSet::new()).await.unwrap();
 
@@ -351,16 +474,16 @@ mod tests {
         let store = Arc::new(MemoryStore::default());
         store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
-        let first = a.take_pass().await.unwrap().pop().unwrap();
+        let first = a.take_pass().await.unwrap().taken.pop().unwrap();
         // The consumer stops (its validity ran out) while renewals still succeed.
         a.consumer_ended(&first);
         assert!(a.renew_all().await.is_empty());
-        let again = a.take_pass().await.unwrap();
+        let again = a.take_pass().await.unwrap().taken;
         assert_eq!(again.len(), 1, "the next pass takes it again, for a new consumer");
         assert_ne!(again[0].id(), first.id());
         // The old consumer's end, reported late, does not drop the new take.
         a.consumer_ended(&first);
-        assert!(a.take_pass().await.unwrap().is_empty(), "still held by the new take");
+        assert!(a.take_pass().await.unwrap().taken.is_empty(), "still held by the new take");
         assert!(again[0].is_valid());
     }
 
@@ -371,7 +494,7 @@ mod tests {
         store.create(&Lease::new("child", Checkpoint::TrimHorizon, BTreeSet::from(["parent".to_owned()]))).await.unwrap();
         store.create(&Lease::new("other", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
-        let taken: Vec<String> = a.take_pass().await.unwrap().iter().map(|h| h.key().to_owned()).collect();
+        let taken: Vec<String> = a.take_pass().await.unwrap().taken.iter().map(|h| h.key().to_owned()).collect();
         assert_eq!(taken, ["other"], "an unreadable parent is not a finished parent");
     }
 
@@ -380,10 +503,10 @@ mod tests {
         let store = Arc::new(MemoryStore::default());
         store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
-        a.take_pass().await.unwrap();
-        let renewer = a.renewer();
+        a.take_pass().await.unwrap().taken;
+        let renewer = a.renewer(Duration::ZERO);
         store.hold_scans();
-        let pass = tokio::spawn(async move { a.take_pass().await.map(|taken| taken.len()) });
+        let pass = tokio::spawn(async move { a.take_pass().await.map(|pass| pass.taken.len()) });
         let before = store.get("s0").unwrap().counter;
         assert!(renewer.renew_all().await.is_empty());
         assert_eq!(store.get("s0").unwrap().counter, before + 1, "renewed while the pass is stuck");
@@ -399,7 +522,7 @@ mod tests {
         }
         store.fail_takes_of("s1");
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
-        let mut taken: Vec<String> = a.take_pass().await.unwrap().iter().map(|h| h.key().to_owned()).collect();
+        let mut taken: Vec<String> = a.take_pass().await.unwrap().taken.iter().map(|h| h.key().to_owned()).collect();
         taken.sort();
         assert_eq!(taken, ["s0", "s2"], "the takes that worked are returned, to be spawned");
     }
@@ -409,10 +532,48 @@ mod tests {
         let store = Arc::new(MemoryStore::default());
         store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
-        let held = a.take_pass().await.unwrap().pop().unwrap();
+        let held = a.take_pass().await.unwrap().taken.pop().unwrap();
         a.evict("s0").await.unwrap();
         assert!(!held.is_valid());
         let mut b = Coordinator::new(store.clone(), "b", TakeSettings::default());
-        assert_eq!(b.take_pass().await.unwrap().len(), 1);
+        assert_eq!(b.take_pass().await.unwrap().taken.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_lease_a_checkpoint_just_wrote_is_not_renewed() {
+        let store = Arc::new(MemoryStore::default());
+        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let held = a.take_pass().await.unwrap().taken.pop().unwrap();
+        let position = crate::runtime::sequence::Position::new("5", None).unwrap();
+        held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await.unwrap();
+        let after_checkpoint = store.get("s0").unwrap().counter;
+        assert!(a.renewer(Duration::from_secs(3)).renew_all().await.is_empty());
+        assert_eq!(store.get("s0").unwrap().counter, after_checkpoint, "no write: the checkpoint renewed it");
+        assert!(a.renewer(Duration::ZERO).renew_all().await.is_empty());
+        assert_eq!(store.get("s0").unwrap().counter, after_checkpoint + 1);
+    }
+
+    #[tokio::test]
+    async fn a_worker_above_its_share_releases_to_a_heartbeating_newcomer() {
+        let store = Arc::new(MemoryStore::default());
+        for i in 0..4 {
+            store.create(&Lease::new(format!("s{i}"), Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        }
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        assert_eq!(a.take_pass().await.unwrap().taken.len(), 4);
+        let fleet = Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: BTreeSet::new() };
+        a.set_fleet(fleet.clone());
+        let release = a.take_pass().await.unwrap().release;
+        assert_eq!(release.len(), 2);
+        assert!(a.take_pass().await.unwrap().release.is_empty(), "not twice");
+        for key in &release {
+            a.evict(key).await.unwrap();
+        }
+        let mut b = Coordinator::new(store.clone(), "b", TakeSettings::default());
+        b.set_fleet(fleet);
+        let pass = b.take_pass().await.unwrap();
+        assert_eq!(pass.taken.len(), 2, "the released two, without stealing");
+        assert!(a.take_pass().await.unwrap().taken.is_empty() && a.take_pass().await.unwrap().release.is_empty(), "balanced");
     }
 }

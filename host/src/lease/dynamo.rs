@@ -17,34 +17,29 @@
 //! attributes this code does not know survive every write.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
+use super::table::KeyedTable;
 use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
-use crate::aws::{AwsError, Service};
+use crate::aws::AwsError;
 
 type Item = HashMap<String, AttributeValue>;
-
-/// Longest wait for a new lease table to become active.
-const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A lease table in DynamoDB.
 #[derive(Clone, Debug)]
 pub struct DynamoStore {
     client: Client,
-    table: String,
+    table: KeyedTable,
 }
 
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into() }
+        let table = KeyedTable { client: client.clone(), name: table.into(), key: "leaseKey", what: "lease table" };
+        Self { client, table }
     }
 
     fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
@@ -52,7 +47,7 @@ impl DynamoStore {
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug,
     {
-        AwsError::from_sdk(Service::DynamoDb, operation, &self.table, error).into()
+        self.table.error(operation, error)
     }
 
     /// An `UpdateItem` on `lease`'s row that bumps the counter, conditional on
@@ -62,7 +57,7 @@ impl DynamoStore {
         let mut update = self
             .client
             .update_item()
-            .table_name(&self.table)
+            .table_name(&self.table.name)
             .key("leaseKey", AttributeValue::S(lease.key.clone()))
             .expression_attribute_values(":counter", number(lease.counter))
             .expression_attribute_values(":next", number(lease.counter + 1))
@@ -114,7 +109,7 @@ impl DynamoStore {
         let output = self
             .client
             .get_item()
-            .table_name(&self.table)
+            .table_name(&self.table.name)
             .key("leaseKey", AttributeValue::S(key.to_owned()))
             .consistent_read(true)
             .send()
@@ -192,95 +187,17 @@ fn to_item(lease: &Lease) -> Item {
     item
 }
 
-impl DynamoStore {
-    async fn create_table(&self) -> Result<(), LeaseError> {
-        let created = self
-            .client
-            .create_table()
-            .table_name(&self.table)
-            .key_schema(KeySchemaElement::builder().attribute_name("leaseKey").key_type(KeyType::Hash).build().expect("complete"))
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("leaseKey")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .expect("complete"),
-            )
-            .billing_mode(BillingMode::PayPerRequest)
-            .send()
-            .await;
-        match created {
-            Ok(_) => tracing::info!(table = %self.table, "created the lease table"),
-            // Another worker created it first.
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
-            Err(e) => return Err(self.error("CreateTable", e)),
-        }
-        Ok(())
-    }
-
-    /// A lease table is keyed by `leaseKey` alone; any other table is not one.
-    fn check_key_schema(&self, schema: &[KeySchemaElement]) -> Result<(), LeaseError> {
-        let keys: Vec<String> = schema.iter().map(|k| format!("`{}` ({})", k.attribute_name(), k.key_type().as_str())).collect();
-        let is_lease_table = schema.len() == 1 && schema[0].attribute_name() == "leaseKey" && schema[0].key_type() == &KeyType::Hash;
-        if is_lease_table {
-            return Ok(());
-        }
-        Err(LeaseError::Aws(AwsError::Service {
-            operation: "DescribeTable",
-            code: "NotALeaseTable".into(),
-            message: format!(
-                "the table `{}` is keyed by {}, not by `leaseKey` (HASH), so it is not a KCL lease table; \
-                 --application names the lease table: choose an application name of its own",
-                self.table,
-                keys.join(", ")
-            ),
-        }))
-    }
-
-    /// Polls until the table is active. (The SDK's waiter sleeps 20 s
-    /// before its first look; a new on-demand table is active well before.)
-    async fn wait_active(&self) -> Result<(), LeaseError> {
-        let deadline = tokio::time::Instant::now() + TABLE_ACTIVE_TIMEOUT;
-        loop {
-            let described = self.client.describe_table().table_name(&self.table).send().await;
-            let status = described.map_err(|e| self.error("DescribeTable", e))?.table.and_then(|t| t.table_status);
-            if status == Some(TableStatus::Active) {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(LeaseError::Aws(AwsError::Service {
-                    operation: "DescribeTable",
-                    code: "TableNotActive".into(),
-                    message: format!("the lease table `{}` is still {status:?} after {TABLE_ACTIVE_TIMEOUT:?}", self.table),
-                }));
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        Ok(())
-    }
-}
-
 impl LeaseStore for DynamoStore {
     async fn ensure_table(&self) -> Result<(), LeaseError> {
-        // Describe first: a worker whose role may not create tables works
-        // on a table that exists.
-        match self.client.describe_table().table_name(&self.table).send().await {
-            Ok(described) => {
-                let table = described.table;
-                self.check_key_schema(table.as_ref().map_or(&[], |t| t.key_schema()))?;
-                if table.and_then(|t| t.table_status) == Some(TableStatus::Active) {
-                    return Ok(());
-                }
-            }
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => self.create_table().await?,
-            Err(e) => return Err(self.error("DescribeTable", e)),
-        }
-        self.wait_active().await
+        self.table.ensure().await
     }
 
     async fn scan(&self) -> Result<LeaseScan, LeaseError> {
         let mut scan = LeaseScan::default();
-        let mut pages = self.client.scan().table_name(&self.table).consistent_read(true).into_paginator().send();
+        // Eventually consistent, at half the cost: a stale row only makes a
+        // lease look expired later (never sooner), and every take is
+        // conditional on the counter as read, so a stale read cannot win.
+        let mut pages = self.client.scan().table_name(&self.table.name).consistent_read(false).into_paginator().send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.error("Scan", e))?;
             for item in page.items() {
@@ -295,7 +212,7 @@ impl LeaseStore for DynamoStore {
                             Some(other) => format!("{other:?}"),
                             None => "(no leaseKey)".to_owned(),
                         };
-                        tracing::warn!(table = %self.table, key, "skipping a lease row that cannot be read (left as it is): {reason}");
+                        tracing::warn!(table = %self.table.name, key, "skipping a lease row that cannot be read (left as it is): {reason}");
                     }
                 }
             }
@@ -307,7 +224,7 @@ impl LeaseStore for DynamoStore {
         let put = self
             .client
             .put_item()
-            .table_name(&self.table)
+            .table_name(&self.table.name)
             .set_item(Some(to_item(lease)))
             .condition_expression("attribute_not_exists(leaseKey)")
             .send()
@@ -364,7 +281,7 @@ impl LeaseStore for DynamoStore {
         let deleted = self
             .client
             .delete_item()
-            .table_name(&self.table)
+            .table_name(&self.table.name)
             .key("leaseKey", AttributeValue::S(key.to_owned()))
             .condition_expression("checkpoint = :end")
             .expression_attribute_values(":end", AttributeValue::S(Checkpoint::SHARD_END.into()))

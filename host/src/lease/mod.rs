@@ -5,6 +5,7 @@
 //! functions of the table's contents and a clock, tested against an
 //! in-memory table; [`coordinator`] applies them through a [`LeaseStore`].
 
+pub mod control;
 pub mod coordinator;
 pub mod dynamo;
 #[cfg(test)]
@@ -12,6 +13,7 @@ pub(crate) mod memory;
 pub mod rules;
 #[cfg(test)]
 mod simulation;
+mod table;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -151,7 +153,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Creates the table if it is missing and waits until it is usable.
     fn ensure_table(&self) -> impl Future<Output = Result<(), LeaseError>> + Send;
 
-    /// Every well-formed lease (a strongly consistent read), and the keys of
+    /// Every well-formed lease (possibly an eventually consistent read: the
+    /// rules only ever act later on a stale row, never sooner), and the keys of
     /// rows that cannot be parsed (reported, left out, never rewritten).
     fn scan(&self) -> impl Future<Output = Result<LeaseScan, LeaseError>> + Send;
 

@@ -2,15 +2,24 @@
 //!
 //! - **Ready**: a lease may be processed when it is not at `SHARD_END` and
 //!   every parent is at `SHARD_END` or gone from the table ([`is_ready`]).
-//! - **Expired**: a lease whose counter has not changed for the failover time,
-//!   on this worker's clock, or that has no owner ([`ExpiryTracker`]).
+//! - **Expired**: a lease that has no owner, whose owner's heartbeat has
+//!   stopped for the failover time ([`Fleet::dead`]), or whose counter has
+//!   not changed for the failover time, on this worker's clock
+//!   ([`ExpiryTracker`]; the only rule for owners without a heartbeat, such
+//!   as Java KCL workers).
 //! - **Target**: ceil(ready leases / live workers), capped by max leases.
+//!   Live workers are the owners of unexpired leases and every kcl-host
+//!   worker with a heartbeat, so one that holds nothing yet counts too.
 //! - **Taking**: up to the target at once, expired leases first ([`plan_take`]).
-//! - **Stealing**: only when nothing is free, only from a worker above the
+//! - **Releasing**: a kcl-host worker above the target gives back what the
+//!   workers below it cannot get from free leases ([`plan_release`]); the
+//!   lease goes after a checkpoint, with no overlap and no failover wait.
+//! - **Stealing**: only from owners without a heartbeat (they do not
+//!   release), only when nothing is free, only from a worker above the
 //!   target (or at it, when this worker is short by more than one), at most
 //!   `max_leases_to_steal` at a time: once balanced, nothing moves.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -35,34 +44,57 @@ impl Default for TakeSettings {
     }
 }
 
-/// When each lease's counter last changed, as seen by this worker.
+/// When each counter (a lease's, or a worker's heartbeat) last changed, as
+/// seen by this worker.
 #[derive(Debug, Default)]
 pub struct ExpiryTracker {
     seen: HashMap<String, (u64, Instant)>,
 }
 
 impl ExpiryTracker {
-    /// Notes the counters in a fresh read of the table.
-    pub fn observe(&mut self, leases: &[Lease], now: Instant) {
-        let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
-        self.seen.retain(|key, _| keys.contains(key.as_str()));
-        for lease in leases {
-            let entry = self.seen.entry(lease.key.clone()).or_insert((lease.counter, now));
-            if entry.0 != lease.counter {
-                *entry = (lease.counter, now);
+    /// Notes the counters of a fresh read; keys not in it are forgotten.
+    pub fn observe<'a>(&mut self, counters: impl IntoIterator<Item = (&'a str, u64)>, now: Instant) {
+        let counters: HashMap<&str, u64> = counters.into_iter().collect();
+        self.seen.retain(|key, _| counters.contains_key(key.as_str()));
+        for (key, counter) in counters {
+            let entry = self.seen.entry(key.to_owned()).or_insert((counter, now));
+            if entry.0 != counter {
+                *entry = (counter, now);
             }
         }
+    }
+
+    /// Notes the counters of a fresh read of the lease table.
+    pub fn observe_leases(&mut self, leases: &[Lease], now: Instant) {
+        self.observe(leases.iter().map(|l| (l.key.as_str(), l.counter)), now);
+    }
+
+    /// When `key` goes stale if its counter stays at `counter`: one failover
+    /// time after this worker first saw that value.
+    pub fn stale_at(&self, key: &str, counter: u64, failover_time: Duration) -> Option<Instant> {
+        self.seen.get(key).filter(|(seen, _)| *seen == counter).map(|(_, since)| *since + failover_time)
+    }
+
+    /// Whether `key`'s counter has stayed at `counter` for `failover_time`.
+    pub fn is_stale(&self, key: &str, counter: u64, now: Instant, failover_time: Duration) -> bool {
+        self.stale_at(key, counter, failover_time).is_some_and(|at| now >= at)
     }
 
     /// Whether `lease` may be taken without stealing: unowned, or its owner
     /// has not renewed it for `failover_time`.
     pub fn is_expired(&self, lease: &Lease, now: Instant, failover_time: Duration) -> bool {
-        lease.owner.is_none()
-            || self
-                .seen
-                .get(&lease.key)
-                .is_some_and(|(counter, since)| *counter == lease.counter && now.duration_since(*since) >= failover_time)
+        lease.owner.is_none() || self.is_stale(&lease.key, lease.counter, now, failover_time)
     }
+}
+
+/// The kcl-host workers of an application, as their heartbeat rows show them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fleet {
+    /// Workers whose heartbeat moved within the failover time (this one included).
+    pub live: BTreeSet<String>,
+    /// Workers whose heartbeat has not moved for the failover time: they hold
+    /// nothing any more, whatever their lease rows say.
+    pub dead: BTreeSet<String>,
 }
 
 /// Whether `lease` may be processed: not finished, and every parent either
@@ -79,6 +111,9 @@ pub struct TakePlan {
     pub take: Vec<Lease>,
     /// Leases of live workers above the target.
     pub steal: Vec<Lease>,
+    /// This worker is short and another is above the target: leases should
+    /// be given back (or become stealable) soon, so look again shortly.
+    pub short: bool,
 }
 
 /// How many leases each worker should hold.
@@ -86,60 +121,99 @@ pub fn target(ready: usize, workers: usize, max_leases: usize) -> usize {
     ready.div_ceil(workers.max(1)).min(max_leases)
 }
 
-/// Decides which leases `me` should take in this pass. `held` are the leases
-/// this worker is processing now (a row naming `me` but not held is left
-/// over from an earlier run, and is taken back first).
-pub fn plan_take(
-    leases: &[Lease],
-    me: &str,
-    held: &HashSet<String>,
-    tracker: &ExpiryTracker,
-    now: Instant,
-    settings: &TakeSettings,
-    rng: &mut fastrand::Rng,
-) -> TakePlan {
-    let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
-    let ready: Vec<&Lease> = leases.iter().filter(|l| is_ready(l, &by_key)).collect();
+/// What this worker holds and what it could hold, as the leases were read.
+pub struct View<'a> {
+    /// This worker's id.
+    pub me: &'a str,
+    /// Leases this worker is processing now (a row naming `me` but not held
+    /// is left over from an earlier run, and is taken back first).
+    pub held: &'a HashSet<String>,
+    /// Held leases already being given back.
+    pub releasing: &'a HashSet<String>,
+    pub fleet: &'a Fleet,
+    pub tracker: &'a ExpiryTracker,
+    pub now: Instant,
+}
 
-    let mut mine = 0;
-    let mut leftover = Vec::new(); // ours from an earlier run
-    let mut expired = Vec::new(); // a dead worker's
-    let mut free = Vec::new(); // nobody's
-    let mut others: BTreeMap<&str, Vec<&Lease>> = BTreeMap::new();
-    for &lease in &ready {
-        if held.contains(&lease.key) {
-            mine += 1;
-        } else if lease.is_owned_by(me) {
-            leftover.push(lease);
-        } else if lease.owner.is_none() {
-            free.push(lease);
-        } else if tracker.is_expired(lease, now, settings.failover_time) {
-            expired.push(lease);
-        } else {
-            others.entry(lease.owner.as_deref().expect("owned")).or_default().push(lease);
+/// The ready leases sorted by who may have them.
+struct Census<'a> {
+    ready: usize,
+    /// Held and not being released.
+    mine: usize,
+    releasing: usize,
+    leftover: Vec<&'a Lease>,
+    expired: Vec<&'a Lease>,
+    free: Vec<&'a Lease>,
+    /// Unexpired leases of other owners.
+    others: BTreeMap<&'a str, Vec<&'a Lease>>,
+    /// Other live workers: owners of unexpired leases and heartbeating kcl-host workers.
+    workers: BTreeSet<&'a str>,
+    target: usize,
+}
+
+impl<'a> Census<'a> {
+    fn new(leases: &'a [Lease], view: &View<'a>, settings: &TakeSettings) -> Self {
+        let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
+        let mut census = Census {
+            ready: 0,
+            mine: 0,
+            releasing: 0,
+            leftover: Vec::new(),
+            expired: Vec::new(),
+            free: Vec::new(),
+            others: BTreeMap::new(),
+            workers: view.fleet.live.iter().map(String::as_str).filter(|w| *w != view.me).collect(),
+            target: 0,
+        };
+        for lease in leases.iter().filter(|l| is_ready(l, &by_key)) {
+            census.ready += 1;
+            let owner = lease.owner.as_deref();
+            if view.releasing.contains(&lease.key) {
+                census.releasing += 1;
+            } else if view.held.contains(&lease.key) {
+                census.mine += 1;
+            } else if lease.is_owned_by(view.me) {
+                census.leftover.push(lease);
+            } else if owner.is_none() {
+                census.free.push(lease);
+            } else if owner.is_some_and(|o| view.fleet.dead.contains(o))
+                || view.tracker.is_expired(lease, view.now, settings.failover_time)
+            {
+                census.expired.push(lease);
+            } else {
+                let owner = owner.expect("owned");
+                census.others.entry(owner).or_default().push(lease);
+                census.workers.insert(owner);
+            }
         }
+        census.target = target(census.ready, census.workers.len() + 1, settings.max_leases);
+        census
     }
+}
 
-    let workers = others.len() + 1;
-    let target = target(ready.len(), workers, settings.max_leases);
+/// Decides which leases this worker should take in this pass.
+pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng: &mut fastrand::Rng) -> TakePlan {
+    let Census { mut leftover, mut expired, mut free, others, mine, target, .. } = Census::new(leases, view, settings);
     let mut need = target.saturating_sub(mine);
 
     // Spread workers that start together over different leases.
     rng.shuffle(&mut expired);
     rng.shuffle(&mut free);
     let mut plan = TakePlan::default();
-    for lease in leftover.into_iter().chain(expired).chain(free) {
+    leftover.append(&mut expired);
+    leftover.append(&mut free);
+    for lease in leftover {
         if need == 0 {
-            break;
+            return plan;
         }
         plan.take.push(lease.clone());
         need -= 1;
     }
-    if need == 0 {
-        return plan;
-    }
 
-    let Some((_, victims)) = others.iter().max_by_key(|(owner, leases)| (leases.len(), std::cmp::Reverse(*owner))) else {
+    plan.short = others.values().any(|leases| leases.len() > target);
+    // kcl-host workers above the target release leases themselves.
+    let victims = others.iter().filter(|(owner, _)| !view.fleet.live.contains(**owner));
+    let Some((_, victims)) = victims.max_by_key(|(owner, leases)| (leases.len(), std::cmp::Reverse(**owner))) else {
         return plan;
     };
     let most = victims.len();
@@ -156,6 +230,25 @@ pub fn plan_take(
     plan
 }
 
+/// How many held leases this worker should give back: what it holds above
+/// the target, but only as many as the live workers below the target cannot
+/// fill from free, expired or already released leases (so nothing is given
+/// back that nobody would take).
+pub fn plan_release(leases: &[Lease], view: &View<'_>, settings: &TakeSettings) -> usize {
+    let census = Census::new(leases, view, settings);
+    let excess = census.mine.saturating_sub(census.target);
+    if excess == 0 {
+        return 0;
+    }
+    let shortfall: usize = census
+        .workers
+        .iter()
+        .map(|w| census.target.saturating_sub(census.others.get(w).map_or(0, Vec::len)))
+        .sum();
+    let available = census.free.len() + census.expired.len() + census.releasing;
+    excess.min(shortfall.saturating_sub(available))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,11 +260,31 @@ mod tests {
     }
 
     fn plan(leases: &[Lease], me: &str, held: &[&str]) -> TakePlan {
+        plan_in(leases, me, held, &Fleet::default())
+    }
+
+    /// A plan with a fleet of heartbeating kcl-host workers.
+    fn plan_in(leases: &[Lease], me: &str, held: &[&str], fleet: &Fleet) -> TakePlan {
         let held = held.iter().map(|k| k.to_string()).collect();
         let mut tracker = ExpiryTracker::default();
         let now = Instant::now();
-        tracker.observe(leases, now);
-        plan_take(leases, me, &held, &tracker, now, &TakeSettings::default(), &mut fastrand::Rng::with_seed(7))
+        tracker.observe_leases(leases, now);
+        let view = View { me, held: &held, releasing: &HashSet::new(), fleet, tracker: &tracker, now };
+        plan_take(leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(7))
+    }
+
+    fn fleet(live: &[&str], dead: &[&str]) -> Fleet {
+        Fleet { live: live.iter().map(|w| w.to_string()).collect(), dead: dead.iter().map(|w| w.to_string()).collect() }
+    }
+
+    fn release(leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet) -> usize {
+        let held: HashSet<String> = leases.iter().filter(|l| l.is_owned_by(me)).map(|l| l.key.clone()).collect();
+        let releasing = releasing.iter().map(|k| k.to_string()).collect();
+        let mut tracker = ExpiryTracker::default();
+        let now = Instant::now();
+        tracker.observe_leases(leases, now);
+        let view = View { me, held: &held, releasing: &releasing, fleet, tracker: &tracker, now };
+        plan_release(leases, &view, &TakeSettings::default())
     }
 
     fn keys(leases: &[Lease]) -> BTreeSet<&str> {
@@ -222,12 +335,13 @@ mod tests {
     fn steals_one_at_a_time_from_the_most_loaded_and_stops_when_balanced() {
         let leases: Vec<_> = (0..4).map(|i| lease(&format!("s{i}"), Some("w2"))).collect();
         let p = plan(&leases, "w1", &[]);
-        assert!(p.take.is_empty());
+        assert!(p.take.is_empty() && p.short);
         assert_eq!(p.steal.len(), 1);
         // After one steal: w1 has 1, w2 has 3; target 2: steal one more.
         let mut leases = leases;
         leases[0].owner = Some("w1".into());
         assert_eq!(plan(&leases, "w1", &["s0"]).steal.len(), 1);
+        assert!(plan(&leases, "w1", &["s0"]).short);
         // 2 and 2: balanced, nothing moves either way.
         leases[1].owner = Some("w1".into());
         assert_eq!(plan(&leases, "w1", &["s0", "s1"]), TakePlan::default());
@@ -240,23 +354,66 @@ mod tests {
         let mut tracker = ExpiryTracker::default();
         let start = Instant::now();
         let settings = TakeSettings::default();
-        tracker.observe(&leases, start);
+        tracker.observe_leases(&leases, start);
         let mut rng = fastrand::Rng::with_seed(1);
-        let early = plan_take(&leases, "w", &HashSet::new(), &tracker, start + Duration::from_secs(9), &settings, &mut rng);
+        let (held, fleet) = (HashSet::new(), Fleet::default());
+        let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, tracker: &tracker, now };
+        let early = plan_take(&leases, &at(start + Duration::from_secs(9)), &settings, &mut rng);
         assert!(early.take.is_empty(), "not before the failover time");
-        let late = plan_take(&leases, "w", &HashSet::new(), &tracker, start + Duration::from_secs(10), &settings, &mut rng);
+        let late = plan_take(&leases, &at(start + Duration::from_secs(10)), &settings, &mut rng);
         assert_eq!(keys(&late.take), BTreeSet::from(["s0"]));
     }
 
     #[test]
     fn max_leases_caps_the_target() {
         let leases: Vec<_> = (0..10).map(|i| lease(&format!("s{i}"), None)).collect();
-        let held = HashSet::new();
+        let (held, fleet) = (HashSet::new(), Fleet::default());
         let mut tracker = ExpiryTracker::default();
         let now = Instant::now();
-        tracker.observe(&leases, now);
+        tracker.observe_leases(&leases, now);
+        let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, tracker: &tracker, now };
         let settings = TakeSettings { max_leases: 4, ..Default::default() };
-        let p = plan_take(&leases, "w", &held, &tracker, now, &settings, &mut fastrand::Rng::with_seed(3));
+        let p = plan_take(&leases, &view, &settings, &mut fastrand::Rng::with_seed(3));
         assert_eq!(p.take.len(), 4);
+    }
+
+    #[test]
+    fn a_dead_heartbeat_expires_its_leases_at_once() {
+        let leases: Vec<_> = (0..4).map(|i| lease(&format!("s{i}"), Some("w2"))).collect();
+        assert!(plan_in(&leases, "w1", &[], &fleet(&["w1", "w2"], &[])).take.is_empty());
+        let p = plan_in(&leases, "w1", &[], &fleet(&["w1"], &["w2"]));
+        assert_eq!(p.take.len(), 4, "the counters just moved, but the heartbeat stopped");
+    }
+
+    #[test]
+    fn a_heartbeating_worker_is_not_stolen_from_but_releases_to_a_newcomer() {
+        let leases: Vec<_> = (0..8).map(|i| lease(&format!("s{i}"), Some("w1"))).collect();
+        let both = fleet(&["w1", "w2"], &[]);
+        let p = plan_in(&leases, "w2", &[], &both);
+        assert!(p.take.is_empty() && p.steal.is_empty(), "w1 releases; nothing to steal");
+        assert!(p.short, "and w2 looks again soon");
+        assert_eq!(release(&leases, "w1", &[], &both), 4, "w2 holds nothing and is counted");
+        assert_eq!(release(&leases, "w1", &["s0", "s1", "s2", "s3"], &both), 0, "already on their way");
+        // Without a heartbeat row w2 is invisible until it steals.
+        assert_eq!(release(&leases, "w1", &[], &fleet(&["w1"], &[])), 0);
+    }
+
+    #[test]
+    fn nothing_is_released_that_free_leases_cover_and_nothing_once_balanced() {
+        let mut leases: Vec<_> = (0..8).map(|i| lease(&format!("s{i}"), Some("w1"))).collect();
+        leases.push(lease("free-1", None));
+        leases.push(lease("free-2", None));
+        // 10 ready, 2 workers: target 5; w1 has 3 over, w2 needs 5, 2 of them free.
+        assert_eq!(release(&leases, "w1", &[], &fleet(&["w1", "w2"], &[])), 3);
+        for l in &mut leases[5..] {
+            l.owner = Some("w2".into());
+        }
+        assert_eq!(release(&leases, "w1", &[], &fleet(&["w1", "w2"], &[])), 0, "5 and 5");
+    }
+
+    #[test]
+    fn owners_without_a_heartbeat_are_still_stolen_from() {
+        let leases: Vec<_> = (0..4).map(|i| lease(&format!("s{i}"), Some("java-worker"))).collect();
+        assert_eq!(plan_in(&leases, "w1", &[], &fleet(&["w1"], &[])).steal.len(), 1);
     }
 }

@@ -1,11 +1,14 @@
 //! Property tests of the real [`Coordinator`] and [`HeldLease`]: many
 //! workers on one in-memory table, on tokio's paused clock (a virtual
-//! clock), with random crashes, new workers, reshards, shard ends and
-//! consumers that stop on their own.
+//! clock), with random crashes, graceful stops, new workers, reshards, shard
+//! ends, consumers that stop on their own and heartbeats that stop being
+//! written while lease renewals still work.
 //!
 //! Each simulated worker is a `Coordinator` plus the consumers the worker
 //! loop would run: one per lease a take pass returns, dropped when the
-//! renewal reports the lease lost. Checked throughout:
+//! renewal reports the lease lost or a pass gives the lease back. Two
+//! workers in three keep a heartbeat (and watch the others'); the third
+//! kind does not, as a Java KCL worker would not. Checked throughout:
 //! - no shard is delivered by two workers at once (valid and past
 //!   `deliver_after` on both);
 //! - no lease is taken while a parent is unfinished, none at `SHARD_END`.
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::control::FleetWatch;
 use super::coordinator::{Coordinator, HeldLease};
 use super::memory::MemoryStore;
 use super::rules::{is_ready, TakeSettings};
@@ -32,12 +36,21 @@ struct Worker {
     coordinator: Coordinator<MemoryStore>,
     /// The consumers the worker loop runs: one per lease it was given.
     consumers: HashMap<String, Arc<HeldLease<MemoryStore>>>,
+    /// The fleet as this worker's heartbeat reads show it; `None` for a
+    /// worker without a heartbeat.
+    watch: Option<FleetWatch>,
+    /// Whether its heartbeat writes still succeed.
+    beating: bool,
 }
 
 #[derive(Clone, Debug)]
 enum Event {
     Step,
     Crash(usize),
+    /// Gives every lease back and deletes its heartbeat row, then exits.
+    Stop(usize),
+    /// Heartbeat writes fail from now on; lease renewals still succeed.
+    HeartbeatFails(usize),
     Join,
     Split(usize),
     Merge(usize),
@@ -51,6 +64,8 @@ fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         6 => Just(Event::Step),
         1 => any::<usize>().prop_map(Event::Crash),
+        1 => any::<usize>().prop_map(Event::Stop),
+        1 => any::<usize>().prop_map(Event::HeartbeatFails),
         1 => Just(Event::Join),
         1 => any::<usize>().prop_map(Event::Split),
         1 => any::<usize>().prop_map(Event::Merge),
@@ -63,6 +78,8 @@ struct Sim {
     store: Arc<MemoryStore>,
     settings: TakeSettings,
     workers: Vec<Worker>,
+    /// The heartbeat rows of the control table.
+    heartbeats: HashMap<String, u64>,
     /// Open leaf shards (no children yet).
     open: Vec<String>,
     /// Shards that were split or merged: processing them can reach the end.
@@ -78,6 +95,7 @@ impl Sim {
             store: Arc::new(MemoryStore::default()),
             settings: TakeSettings { failover_time: Duration::from_secs(10), max_leases: usize::MAX, max_leases_to_steal: 1 },
             workers: Vec::new(),
+            heartbeats: HashMap::new(),
             open: Vec::new(),
             closed: HashSet::new(),
             next_shard: 0,
@@ -104,7 +122,23 @@ impl Sim {
         let id = format!("w{}", self.next_worker);
         self.next_worker += 1;
         let coordinator = Coordinator::new(self.store.clone(), id.clone(), self.settings.clone());
-        self.workers.push(Worker { id, coordinator, consumers: HashMap::new() });
+        let watch = (self.next_worker % 3 != 0).then(|| FleetWatch::new(id.clone(), self.settings.failover_time));
+        if watch.is_some() {
+            // The worker loop writes the first heartbeat before it takes anything.
+            *self.heartbeats.entry(id.clone()).or_default() += 1;
+            coordinator.liveness().beat(tokio::time::Instant::now());
+        }
+        self.workers.push(Worker { id, coordinator, consumers: HashMap::new(), watch, beating: true });
+    }
+
+    /// A graceful stop, as the worker loop does it: consumers stop, every
+    /// lease goes back, the heartbeat row goes.
+    async fn stop(&mut self, pick: usize) {
+        let mut worker = self.workers.remove(pick % self.workers.len());
+        for key in worker.consumers.keys() {
+            worker.coordinator.evict(key).await.unwrap();
+        }
+        self.heartbeats.remove(&worker.id);
     }
 
     async fn leases(&self) -> Vec<Lease> {
@@ -116,6 +150,11 @@ impl Sim {
             Event::Step => self.step().await,
             Event::Crash(i) if self.workers.len() > 1 => {
                 self.workers.remove(i % self.workers.len());
+            }
+            Event::Stop(i) if self.workers.len() > 1 => self.stop(i).await,
+            Event::HeartbeatFails(i) if self.workers.len() > 1 => {
+                let n = self.workers.len();
+                self.workers[i % n].beating = false;
             }
             Event::Join => self.join(),
             Event::Split(i) if !self.open.is_empty() && self.open.len() < 24 => {
@@ -186,13 +225,29 @@ impl Sim {
         let leases = self.leases().await;
         let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
         for (i, worker) in self.workers.iter_mut().enumerate() {
+            let beat_tick = self.tick % TAKE_EVERY == i as u64 % TAKE_EVERY;
+            if beat_tick && worker.beating && worker.watch.is_some() {
+                *self.heartbeats.entry(worker.id.clone()).or_default() += 1;
+                worker.coordinator.liveness().beat(tokio::time::Instant::now());
+            }
             for lost in worker.coordinator.renew_all().await {
                 if worker.consumers.get(lost.key()).is_some_and(|c| c.id() == lost.id()) {
                     worker.consumers.remove(lost.key());
                 }
             }
-            if self.tick % TAKE_EVERY == i as u64 % TAKE_EVERY {
-                for held in worker.coordinator.take_pass().await.unwrap() {
+            let beats: Vec<(String, u64)> = self.heartbeats.iter().map(|(w, n)| (w.clone(), *n)).collect();
+            let fleet_changed = worker.watch.as_mut().is_some_and(|watch| watch.observe(beats, tokio::time::Instant::now()));
+            if let Some(watch) = &worker.watch {
+                worker.coordinator.set_fleet(watch.fleet().clone());
+            }
+            if fleet_changed || beat_tick {
+                let pass = worker.coordinator.take_pass().await.unwrap();
+                // A release stops the consumer, then gives the lease back.
+                for key in pass.release {
+                    worker.consumers.remove(&key);
+                    worker.coordinator.evict(&key).await.unwrap();
+                }
+                for held in pass.taken {
                     let lease = by_key.get(held.key()).copied();
                     assert!(lease.is_none_or(|l| !l.is_finished()), "{} took {} at SHARD_END", worker.id, held.key());
                     assert!(lease.is_none_or(|l| is_ready(l, &by_key)), "{} took {} before its parents ended", worker.id, held.key());
@@ -225,8 +280,12 @@ async fn run(shards: usize, workers: usize, events: Vec<Event>) -> Result<(), Te
     for event in events {
         sim.apply(event).await;
     }
-    // Quiet: no crashes, reshards, shard ends or stopping consumers. Dead
-    // workers' leases expire, free ones are taken, the load balances.
+    // Quiet: no crashes, reshards, shard ends or stopping consumers, and the
+    // heartbeat writes work again. Dead workers' leases expire, free ones
+    // are taken, the load balances.
+    for worker in &mut sim.workers {
+        worker.beating = true;
+    }
     for _ in 0..60 {
         sim.step().await;
     }

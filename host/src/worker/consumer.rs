@@ -82,7 +82,7 @@ impl<S: LeaseStore> Consumer<S> {
         let shard = self.held.key().to_owned();
         let wait = self.held.deliver_after().saturating_duration_since(tokio::time::Instant::now());
         if !wait.is_zero() {
-            tracing::info!(shard, "stolen lease: waiting {wait:?} for the previous owner to stop");
+            tracing::info!(shard = %shard, "stolen lease: waiting {wait:?} for the previous owner to stop");
             if let Some(outcome) = self.wait(wait).await {
                 return outcome;
             }
@@ -99,7 +99,7 @@ impl<S: LeaseStore> Consumer<S> {
                 Interrupt::Failed(error) => error,
             };
             let wait = backoff.after_failure(started.elapsed());
-            tracing::warn!(shard, "{error}; restarting from the last checkpoint in {wait:?}");
+            tracing::warn!(shard = %shard, "{error}; restarting from the last checkpoint in {wait:?}");
             if let Some(outcome) = self.wait(wait).await {
                 return outcome;
             }

@@ -1,25 +1,34 @@
 //! The worker: the one place that ties leases, shards, fetching and the
 //! component runtime together.
 //!
-//! At start it syncs shards to leases and takes every lease it should at
-//! once. Then it renews its leases every third of the failover time, takes
-//! leases every failover time, syncs shards every sync interval, and — as
-//! soon as a shard reaches its end — syncs and takes again, so children
-//! start right after their parents.
+//! At start it writes its heartbeat, syncs shards to leases and takes every
+//! lease it should at once. Then, each in its own rhythm:
+//! - renewals and the heartbeat, every third of the failover time, in a task
+//!   of their own;
+//! - the heartbeats of the fleet, every [`control::poll_interval`] and at the
+//!   moment a worker would die: a worker that joined, stopped or died starts
+//!   a take pass at once (which also gives back leases above this worker's
+//!   share, after a checkpoint);
+//! - a take pass every failover time, sooner when a lease of an owner
+//!   without heartbeat can expire, or when this worker is short of its share;
+//! - a shard sync every sync interval, on the last pass's read of the table,
+//!   and at once when a shard ends, so children start right after their parents.
 
 mod consumer;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::aws::{AwsClients, AwsError};
 use crate::config::WorkerConfig;
-use crate::lease::coordinator::{Coordinator, HeldLease, Renewer};
+use crate::lease::control::{self, ControlTable, FleetWatch};
+use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::{Lease, LeaseError, LeaseStore};
 use crate::runtime::Processor;
@@ -50,10 +59,82 @@ pub struct Summary {
     pub elapsed: Duration,
 }
 
+type Held = Arc<HeldLease<DynamoStore>>;
+
 /// A running consumer as the worker sees it.
 struct Running {
-    held: Arc<HeldLease<DynamoStore>>,
+    held: Held,
     delivered: Arc<AtomicU64>,
+    stop: watch::Sender<bool>,
+}
+
+/// The consumers of this worker, one per held lease.
+struct Consumers {
+    template: Template,
+    tasks: JoinSet<()>,
+    running: BTreeMap<String, Running>,
+    ended: mpsc::UnboundedSender<(Held, Outcome)>,
+}
+
+/// What every consumer is made from.
+struct Template {
+    processor: Processor,
+    kinesis: aws_sdk_kinesis::Client,
+    config: WorkerConfig,
+}
+
+impl Consumers {
+    fn spawn(&mut self, held: Held) {
+        let (stop, stop_rx) = watch::channel(false);
+        let delivered = Arc::new(AtomicU64::new(0));
+        let config = &self.template.config;
+        let consumer = Consumer {
+            processor: self.template.processor.clone(),
+            kinesis: self.template.kinesis.clone(),
+            stream: config.stream.clone(),
+            initial_timestamp_ms: match config.initial_position {
+                InitialPosition::AtTimestamp(ms) => Some(ms),
+                _ => None,
+            },
+            fetch: config.fetch.clone(),
+            held: held.clone(),
+            stop: stop_rx,
+            delivered: delivered.clone(),
+        };
+        let key = held.key().to_owned();
+        let ended = self.ended.clone();
+        tracing::info!(shard = %key, "processing");
+        self.running.insert(key, Running { held: held.clone(), delivered, stop });
+        self.tasks.spawn(async move {
+            let outcome = consumer.run().await;
+            let _ = ended.send((held, outcome));
+        });
+    }
+
+    /// Starts consumers for what a pass took and stops those of the leases
+    /// it gives back; `true` when the pass was short of its share.
+    fn apply(&mut self, pass: TakePass<DynamoStore>) -> bool {
+        for held in pass.taken {
+            self.spawn(held);
+        }
+        for key in &pass.release {
+            tracing::info!(shard = %key, "giving the lease back to balance the fleet: checkpointing first");
+            if let Some(running) = self.running.get(key) {
+                running.stop.send_replace(true);
+            }
+        }
+        pass.short
+    }
+
+    /// Forgets the consumer of `held` (not a newer one of the same shard);
+    /// returns the records it delivered.
+    fn ended(&mut self, held: &Held) -> Option<u64> {
+        let key = held.key();
+        if self.running.get(key).is_some_and(|r| r.held.id() == held.id()) {
+            return self.running.remove(key).map(|done| done.delivered.load(Ordering::Relaxed));
+        }
+        None
+    }
 }
 
 /// Consumes `config.stream` with `processor` until `shutdown` resolves.
@@ -67,105 +148,141 @@ pub async fn run(
     // Check the stream before touching DynamoDB: a typo in --stream must not create a table.
     shard::list_shards(&clients.kinesis, &config.stream).await?;
     let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application));
-    store.ensure_table().await?;
-    let mut coordinator = Coordinator::new(store.clone(), &config.worker_id, config.take.clone());
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<(Arc<HeldLease<DynamoStore>>, Outcome)>();
-    let mut consumers: JoinSet<()> = JoinSet::new();
-    let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let control = ControlTable::new(clients.dynamodb.clone(), &config.application);
+    tokio::try_join!(store.ensure_table(), control.ensure())?;
+    let failover = config.take.failover_time;
+    let me = config.worker_id.clone();
+    let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
+    // Others see this worker (and may give it leases) from its first beat on.
+    beat(&control, &me, &coordinator.liveness()).await?;
+    let mut fleet = FleetWatch::new(&me, failover);
+    fleet.observe(control.heartbeats().await?, Instant::now());
+    coordinator.set_fleet(fleet.fleet().clone());
+
+    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+    let shard_sync_interval = config.shard_sync_interval;
+    let mut consumers = Consumers {
+        template: Template { processor, kinesis: clients.kinesis.clone(), config },
+        tasks: JoinSet::new(),
+        running: BTreeMap::new(),
+        ended: ended_tx,
+    };
+    let config = &consumers.template.config.clone();
     let mut summary = Summary::default();
 
-    let spawn = |held: Arc<HeldLease<DynamoStore>>, consumers: &mut JoinSet<()>, running: &mut BTreeMap<String, Running>| {
-        let delivered = Arc::new(AtomicU64::new(0));
-        let consumer = Consumer {
-            processor: processor.clone(),
-            kinesis: clients.kinesis.clone(),
-            stream: config.stream.clone(),
-            initial_timestamp_ms: match config.initial_position {
-                InitialPosition::AtTimestamp(ms) => Some(ms),
-                _ => None,
-            },
-            fetch: config.fetch.clone(),
-            held: held.clone(),
-            stop: stop_rx.clone(),
-            delivered: delivered.clone(),
-        };
-        let key = held.key().to_owned();
-        let ended = ended_tx.clone();
-        tracing::info!(shard = %key, "processing");
-        running.insert(key, Running { held: held.clone(), delivered });
-        consumers.spawn(async move {
-            let outcome = consumer.run().await;
-            let _ = ended.send((held, outcome));
-        });
-    };
-
-    sync_shards(&config, &clients, &store).await?;
-    for held in coordinator.take_pass().await? {
-        spawn(held, &mut consumers, &mut running);
-    }
-    tracing::info!(leases = running.len(), "first lease pass done in {:?}", started.elapsed());
+    sync_shards(config, &clients, &store, &store.list().await?).await?;
+    let mut short = consumers.apply(coordinator.take_pass().await?);
+    tracing::info!(leases = consumers.running.len(), "first lease pass done in {:?}", started.elapsed());
 
     // Renewals in a task of their own: no take pass or shard sync delays them.
-    let renewals = tokio::spawn(renew_every(coordinator.renewer(), config.take.failover_time / 3));
-    let mut take = tokio::time::interval(config.take.failover_time);
-    let mut sync = tokio::time::interval(config.shard_sync_interval);
-    for timer in [&mut take, &mut sync] {
-        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        timer.reset();
-    }
+    let renewals = tokio::spawn(renew_every(
+        coordinator.renewer(failover / 3),
+        control.clone(),
+        me.clone(),
+        coordinator.liveness(),
+        failover / 3,
+    ));
+    let poll = control::poll_interval(failover);
+    let mut next_poll = Instant::now() + poll;
+    let mut last_pass = Instant::now();
+    let mut sync = tokio::time::interval(shard_sync_interval);
+    sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    sync.reset();
     tokio::pin!(shutdown);
     let mut refused = None;
 
     loop {
+        let next_pass = last_pass + if short { poll } else { failover };
+        let take_at = coordinator.expiry_due().map_or(next_pass, |due| due.min(next_pass));
+        let poll_at = fleet.next_death().map_or(next_poll, |death| death.min(next_poll));
+        let mut pass_now = false;
+        let mut after_end = None;
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = take.tick() => {
-                take_and_spawn(&mut coordinator, |h| spawn(h, &mut consumers, &mut running)).await;
+            _ = tokio::time::sleep_until(take_at) => pass_now = true,
+            _ = tokio::time::sleep_until(poll_at) => {
+                next_poll = Instant::now() + poll;
+                match control.heartbeats().await {
+                    Ok(beats) => {
+                        if fleet.observe(beats, Instant::now()) {
+                            let now = fleet.fleet();
+                            tracing::info!(live = ?now.live, dead = ?now.dead, "the fleet changed");
+                            coordinator.set_fleet(now.clone());
+                            pass_now = true;
+                        }
+                        for (worker, heartbeat) in fleet.forgettable(Instant::now()) {
+                            if let Err(e) = control.forget(&worker, heartbeat).await {
+                                tracing::warn!(worker = %worker, "could not delete a dead worker's heartbeat row: {e}");
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!("could not read the fleet's heartbeats: {e}"),
+                }
             }
             _ = sync.tick() => {
-                if let Err(e) = sync_shards(&config, &clients, &store).await {
+                if let Err(e) = sync_shards(config, &clients, &store, coordinator.leases()).await {
                     tracing::warn!("shard sync failed: {e}");
                 }
             }
             Some((held, outcome)) = ended_rx.recv() => {
                 let key = held.key().to_owned();
-                // Only this take's entry: a newer take of the shard has its own consumer.
-                if running.get(&key).is_some_and(|r| r.held.id() == held.id()) {
-                    let done = running.remove(&key).expect("just checked");
-                    *summary.records.entry(key.clone()).or_default() += done.delivered.load(Ordering::Relaxed);
+                if let Some(delivered) = consumers.ended(&held) {
+                    *summary.records.entry(key.clone()).or_default() += delivered;
                 }
-                if outcome == Outcome::LeaseLost {
-                    coordinator.consumer_ended(&held);
-                }
-                if let Outcome::Refused(reason) = outcome {
-                    tracing::error!(shard = %key, "{reason}; stopping");
-                    if let Err(e) = coordinator.evict(&key).await {
-                        tracing::warn!(shard = %key, "could not release the lease (it will expire): {e}");
+                match outcome {
+                    Outcome::LeaseLost => coordinator.consumer_ended(&held),
+                    Outcome::Stopped => {
+                        // Only a consumer given back to balance stops while the worker runs.
+                        match coordinator.evict(&key).await {
+                            Ok(()) => tracing::info!(shard = %key, "gave the lease back"),
+                            Err(e) => tracing::warn!(shard = %key, "could not give the lease back (it will expire): {e}"),
+                        }
                     }
-                    refused = Some(reason);
-                    break;
-                }
-                if let Outcome::ShardEnd { .. } = outcome {
-                    coordinator.finished(&key);
-                    summary.finished.push(key.clone());
-                    // Children become ready the moment a parent ends: sync and take now.
-                    if let Err(e) = sync_shards(&config, &clients, &store).await {
-                        tracing::warn!("shard sync failed: {e}");
+                    Outcome::Refused(reason) => {
+                        tracing::error!(shard = %key, "{reason}; stopping");
+                        if let Err(e) = coordinator.evict(&key).await {
+                            tracing::warn!(shard = %key, "could not release the lease (it will expire): {e}");
+                        }
+                        refused = Some(reason);
+                        break;
                     }
-                    let taken = take_and_spawn(&mut coordinator, |h| spawn(h, &mut consumers, &mut running)).await;
-                    tracing::info!(shard = %key, "lease pass after the shard ended took {taken} leases");
+                    Outcome::ShardEnd { .. } => {
+                        coordinator.finished(&key);
+                        summary.finished.push(key.clone());
+                        // Children become ready the moment a parent ends: sync and take now.
+                        if let Err(e) = sync_shards(config, &clients, &store, coordinator.leases()).await {
+                            tracing::warn!("shard sync failed: {e}");
+                        }
+                        pass_now = true;
+                        after_end = Some(key);
+                    }
                 }
             }
+        }
+        if pass_now {
+            match coordinator.take_pass().await {
+                Ok(pass) => {
+                    let taken = pass.taken.len();
+                    short = consumers.apply(pass);
+                    if let Some(shard) = after_end {
+                        tracing::info!(shard = %shard, "lease pass after the shard ended took {taken} leases");
+                    }
+                }
+                Err(e) => tracing::warn!("lease pass failed: {e}"),
+            }
+            last_pass = Instant::now();
         }
     }
 
     // Graceful stop: shutdown(requested) everywhere, then give the leases back.
-    tracing::info!(shards = running.len(), "stopping: shutting down processors");
-    stop_tx.send_replace(true);
-    if tokio::time::timeout(STOP_TIMEOUT, async { while consumers.join_next().await.is_some() {} }).await.is_err() {
+    tracing::info!(shards = consumers.running.len(), "stopping: shutting down processors");
+    for running in consumers.running.values() {
+        running.stop.send_replace(true);
+    }
+    let tasks = &mut consumers.tasks;
+    if tokio::time::timeout(STOP_TIMEOUT, async { while tasks.join_next().await.is_some() {} }).await.is_err() {
         tracing::warn!("processors did not stop within {STOP_TIMEOUT:?}; their leases expire instead");
-        consumers.abort_all();
+        tasks.abort_all();
     }
     // Processors are done: stop renewing, then give the leases back.
     renewals.abort();
@@ -175,13 +292,17 @@ pub async fn run(
             summary.finished.push(held.key().to_owned());
         }
     }
-    for (key, done) in running {
+    for (key, done) in std::mem::take(&mut consumers.running) {
         *summary.records.entry(key.clone()).or_default() += done.delivered.load(Ordering::Relaxed);
-        if done.held.is_valid() {
-            if let Err(e) = coordinator.evict(&key).await {
-                tracing::warn!(shard = %key, "could not release the lease (it will expire): {e}");
-            }
+        if done.held.is_valid()
+            && let Err(e) = coordinator.evict(&key).await
+        {
+            tracing::warn!(shard = %key, "could not release the lease (it will expire): {e}");
         }
+    }
+    // The others notice at their next heartbeat read and take the leases.
+    if let Err(e) = control.leave(&me).await {
+        tracing::warn!("could not delete this worker's heartbeat row (the others see it die instead): {e}");
     }
     summary.elapsed = started.elapsed();
     match refused {
@@ -190,42 +311,44 @@ pub async fn run(
     }
 }
 
-/// Renews the held leases every `period`, until aborted.
-async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, period: Duration) {
+/// Writes this worker's heartbeat; on success its leases stay valid one
+/// failover time from when the write was sent.
+async fn beat(control: &ControlTable, me: &str, liveness: &Liveness) -> Result<(), LeaseError> {
+    let sent = Instant::now();
+    control.beat(me).await?;
+    liveness.beat(sent);
+    Ok(())
+}
+
+/// Writes the heartbeat and renews the held leases every `period`, until aborted.
+async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, control: ControlTable, me: String, liveness: Arc<Liveness>, period: Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.reset();
     loop {
         tick.tick().await;
-        for held in renewer.renew_all().await {
+        let (beaten, lost) = tokio::join!(beat(&control, &me, &liveness), renewer.renew_all());
+        if let Err(e) = beaten {
+            tracing::warn!("could not write the heartbeat (the leases stop being valid if this goes on): {e}");
+        }
+        for held in lost {
             tracing::warn!(shard = %held.key(), "lease lost; stopping delivery");
-        }
-    }
-}
-
-/// A take pass whose new leases go to `spawn`; returns how many were taken.
-async fn take_and_spawn<S: LeaseStore>(coordinator: &mut Coordinator<S>, mut spawn: impl FnMut(Arc<HeldLease<S>>)) -> usize {
-    match coordinator.take_pass().await {
-        Ok(taken) => {
-            let count = taken.len();
-            taken.into_iter().for_each(&mut spawn);
-            count
-        }
-        Err(e) => {
-            tracing::warn!("lease pass failed: {e}");
-            0
         }
     }
 }
 
 /// Lists the stream's shards, creates the leases that are missing, and
 /// deletes finished leases whose children have all started.
-async fn sync_shards<S: LeaseStore>(config: &WorkerConfig, clients: &AwsClients, store: &Arc<S>) -> Result<(), WorkerError> {
+async fn sync_shards<S: LeaseStore>(
+    config: &WorkerConfig,
+    clients: &AwsClients,
+    store: &Arc<S>,
+    leases: &[Lease],
+) -> Result<(), WorkerError> {
     let shards = shard::list_shards(&clients.kinesis, &config.stream).await?;
-    let leases = store.list().await?;
     // Leases whose parents are not new are written all at once; a new
     // child only after its new parents, so no child is ever without them.
-    let planned = shard::plan_new_leases(&shards, &leases, &config.initial_position);
+    let planned = shard::plan_new_leases(&shards, leases, &config.initial_position);
     let new_keys: HashSet<String> = planned.iter().map(|l| l.key.clone()).collect();
     let (independent, dependent): (Vec<_>, Vec<_>) = planned.into_iter().partition(|l| l.parents.iter().all(|p| !new_keys.contains(p)));
     let mut creates = JoinSet::new();
@@ -239,7 +362,7 @@ async fn sync_shards<S: LeaseStore>(config: &WorkerConfig, clients: &AwsClients,
     for lease in dependent {
         log_created((store.create(&lease).await?, lease));
     }
-    for key in shard::plan_cleanup(&leases) {
+    for key in shard::plan_cleanup(leases) {
         if store.delete_finished(&key).await? {
             tracing::info!(shard = %key, "deleted the finished lease: every child has started");
         }

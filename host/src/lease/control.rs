@@ -1,0 +1,228 @@
+//! The application's control table, `<application>-KclHostControl`, and what
+//! its heartbeat rows say about the fleet. It is kept apart from the lease
+//! table because Java KCL reads every row of that one as a lease.
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `key` | S (hash key) | `worker/<worker id>` |
+//! | `heartbeat` | N | bumped once per renewal period while the worker runs |
+//! | `beatMillis` | N | the worker's clock at its last beat, for people (the rules use only `heartbeat`) |
+//!
+//! Why a heartbeat: one small row per worker, read strongly consistent every
+//! [`poll_interval`], lets the others see a worker die within that interval
+//! of its last beat (so they take its leases one failover time later, not up
+//! to two), see one stop or join at once, and balance without stealing.
+//! A worker that stops deletes its row; the row of one that died is deleted
+//! by the others once it has been still for [`FORGET_AFTER`] failover times.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use tokio::time::Instant;
+
+use super::rules::{ExpiryTracker, Fleet};
+use super::table::KeyedTable;
+use super::LeaseError;
+
+/// Prefix of a worker's heartbeat row key.
+const WORKER: &str = "worker/";
+
+/// A dead worker's row is deleted after this many failover times.
+pub const FORGET_AFTER: u32 = 6;
+
+/// How often every worker reads the heartbeats: the delay it adds to a
+/// failover, a graceful handoff and a join.
+pub fn poll_interval(failover_time: Duration) -> Duration {
+    (failover_time / 4).min(Duration::from_millis(500))
+}
+
+/// The control table of one application.
+#[derive(Clone, Debug)]
+pub struct ControlTable {
+    table: KeyedTable,
+}
+
+impl ControlTable {
+    pub fn new(client: Client, application: &str) -> Self {
+        let name = format!("{application}-KclHostControl");
+        Self { table: KeyedTable { client, name, key: "key", what: "kcl-host control table" } }
+    }
+
+    /// Creates the table if it is missing.
+    pub async fn ensure(&self) -> Result<(), LeaseError> {
+        self.table.ensure().await
+    }
+
+    /// Bumps `worker`'s heartbeat (creating its row on the first beat).
+    pub async fn beat(&self, worker: &str) -> Result<(), LeaseError> {
+        let millis = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+        self.table
+            .client
+            .update_item()
+            .table_name(&self.table.name)
+            .key("key", AttributeValue::S(format!("{WORKER}{worker}")))
+            .update_expression("ADD heartbeat :one SET beatMillis = :millis")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":millis", AttributeValue::N(millis.to_string()))
+            .send()
+            .await
+            .map_err(|e| self.table.error("UpdateItem (heartbeat)", e))?;
+        Ok(())
+    }
+
+    /// Deletes `worker`'s row: it has stopped and given its leases back.
+    pub async fn leave(&self, worker: &str) -> Result<(), LeaseError> {
+        self.delete(worker, None).await
+    }
+
+    /// Deletes a dead worker's row, if its heartbeat is still `heartbeat`.
+    pub async fn forget(&self, worker: &str, heartbeat: u64) -> Result<(), LeaseError> {
+        self.delete(worker, Some(heartbeat)).await
+    }
+
+    async fn delete(&self, worker: &str, heartbeat: Option<u64>) -> Result<(), LeaseError> {
+        let mut delete =
+            self.table.client.delete_item().table_name(&self.table.name).key("key", AttributeValue::S(format!("{WORKER}{worker}")));
+        if let Some(heartbeat) = heartbeat {
+            delete = delete
+                .condition_expression("heartbeat = :seen")
+                .expression_attribute_values(":seen", AttributeValue::N(heartbeat.to_string()));
+        }
+        match delete.send().await {
+            Ok(_) => Ok(()),
+            // It beat again: alive after all.
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(()),
+            Err(e) => Err(self.table.error("DeleteItem (heartbeat)", e)),
+        }
+    }
+
+    /// Every worker's heartbeat counter, read strongly consistent: a stale
+    /// read could make a live worker look dead.
+    pub async fn heartbeats(&self) -> Result<Vec<(String, u64)>, LeaseError> {
+        let mut beats = Vec::new();
+        let mut pages = self.table.client.scan().table_name(&self.table.name).consistent_read(true).into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| self.table.error("Scan (heartbeats)", e))?;
+            for item in page.items() {
+                let key = match item.get("key") {
+                    Some(AttributeValue::S(key)) => key,
+                    _ => continue,
+                };
+                let (Some(worker), Some(AttributeValue::N(n))) = (key.strip_prefix(WORKER), item.get("heartbeat")) else {
+                    continue;
+                };
+                if let Ok(n) = n.parse() {
+                    beats.push((worker.to_owned(), n));
+                }
+            }
+        }
+        Ok(beats)
+    }
+}
+
+/// Turns successive heartbeat reads into a [`Fleet`]: a worker is dead once
+/// its heartbeat has not moved for the failover time on this worker's clock.
+#[derive(Debug)]
+pub struct FleetWatch {
+    me: String,
+    failover_time: Duration,
+    tracker: ExpiryTracker,
+    beats: Vec<(String, u64)>,
+    fleet: Fleet,
+}
+
+impl FleetWatch {
+    pub fn new(me: impl Into<String>, failover_time: Duration) -> Self {
+        let me = me.into();
+        let fleet = Fleet { live: BTreeSet::from([me.clone()]), dead: BTreeSet::new() };
+        Self { me, failover_time, tracker: ExpiryTracker::default(), beats: Vec::new(), fleet }
+    }
+
+    /// Notes a fresh read; `true` when the fleet changed so that a take pass
+    /// is worth doing now (a worker joined, stopped or died).
+    pub fn observe(&mut self, beats: Vec<(String, u64)>, now: Instant) -> bool {
+        self.tracker.observe(beats.iter().map(|(w, n)| (w.as_str(), *n)), now);
+        let mut fleet = Fleet { live: BTreeSet::from([self.me.clone()]), dead: BTreeSet::new() };
+        for (worker, beat) in &beats {
+            if worker == &self.me {
+                continue;
+            }
+            if self.tracker.is_stale(worker, *beat, now, self.failover_time) {
+                fleet.dead.insert(worker.clone());
+            } else {
+                fleet.live.insert(worker.clone());
+            }
+        }
+        self.beats = beats;
+        let changed = fleet != self.fleet;
+        self.fleet = fleet;
+        changed
+    }
+
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// When the first live worker would be dead if its heartbeat does not
+    /// move: the moment to read the heartbeats again.
+    pub fn next_death(&self) -> Option<Instant> {
+        self.beats
+            .iter()
+            .filter(|(worker, _)| self.fleet.live.contains(worker) && worker != &self.me)
+            .filter_map(|(worker, beat)| self.tracker.stale_at(worker, *beat, self.failover_time))
+            .min()
+    }
+
+    /// Dead workers still for [`FORGET_AFTER`] failover times, with their
+    /// last heartbeat: their rows can go.
+    pub fn forgettable(&self, now: Instant) -> Vec<(String, u64)> {
+        let long = self.failover_time * (FORGET_AFTER - 1);
+        self.beats
+            .iter()
+            .filter(|(worker, beat)| {
+                self.fleet.dead.contains(worker)
+                    && self.tracker.stale_at(worker, *beat, self.failover_time).is_some_and(|dead| now >= dead + long)
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAILOVER: Duration = Duration::from_secs(10);
+
+    fn beats(rows: &[(&str, u64)]) -> Vec<(String, u64)> {
+        rows.iter().map(|(w, n)| (w.to_string(), *n)).collect()
+    }
+
+    #[test]
+    fn a_still_heartbeat_is_dead_one_failover_time_after_it_was_first_seen() {
+        let start = Instant::now();
+        let mut watch = FleetWatch::new("me", FAILOVER);
+        assert!(watch.observe(beats(&[("me", 1), ("w2", 7)]), start), "w2 joined");
+        assert_eq!(watch.next_death(), Some(start + FAILOVER));
+        assert!(!watch.observe(beats(&[("me", 2), ("w2", 7)]), start + Duration::from_secs(9)));
+        assert!(watch.observe(beats(&[("me", 3), ("w2", 7)]), start + FAILOVER), "w2 died");
+        assert_eq!(watch.fleet().dead, BTreeSet::from(["w2".to_owned()]));
+        assert_eq!(watch.next_death(), None, "nobody left to watch");
+        assert!(watch.forgettable(start + FAILOVER * 5).is_empty());
+        assert_eq!(watch.forgettable(start + FAILOVER * FORGET_AFTER), beats(&[("w2", 7)]));
+    }
+
+    #[test]
+    fn a_moving_heartbeat_stays_live_and_a_deleted_row_is_a_stop() {
+        let start = Instant::now();
+        let mut watch = FleetWatch::new("me", FAILOVER);
+        watch.observe(beats(&[("w2", 1)]), start);
+        assert!(!watch.observe(beats(&[("w2", 2)]), start + Duration::from_secs(8)));
+        assert!(!watch.observe(beats(&[("w2", 3)]), start + Duration::from_secs(16)));
+        assert_eq!(watch.next_death(), Some(start + Duration::from_secs(26)));
+        assert!(watch.observe(Vec::new(), start + Duration::from_secs(17)), "w2 stopped");
+        assert_eq!(watch.fleet().live, BTreeSet::from(["me".to_owned()]), "this worker is always live to itself");
+    }
+}
