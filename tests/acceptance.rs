@@ -320,6 +320,7 @@ async fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     let aws = clients().await;
     let counter = guest("counter");
+    let aggregate = guest("json-aggregate");
     let missing_stream = unique("no-such-stream");
     let table = unique("untouched-table");
     let not_wasm = std::env::temp_dir().join(format!("{}.wasm", unique("not-wasm")));
@@ -332,7 +333,12 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
         (
             vec!["run", &counter, "--stream", "s", "--application", "a"],
             vec![("AWS_ENDPOINT_URL_KINESIS", "http://127.0.0.1:9")],
-            "cannot reach the Kinesis endpoint",
+            "the endpoint is `http://127.0.0.1:9`, from AWS_ENDPOINT_URL_KINESIS",
+        ),
+        (
+            vec!["run", &aggregate, "--stream", "s", "--application", "a", "--memory-limit-mib", "1"],
+            vec![],
+            "more than the memory limit of 1 MiB; raise --memory-limit-mib",
         ),
         (vec!["run", &not_wasm, "--stream", "s", "--application", "a"], vec![], "is not a WebAssembly file"),
         (vec!["run", &counter, "--stream", "s", "--application", "a", "--initial-position", "OLDEST"], vec![], "use TRIM_HORIZON, LATEST or AT_TIMESTAMP"),

@@ -9,13 +9,17 @@
 //! DynamoDB throttling) is retried by the SDK's standard retry strategy with
 //! jittered exponential backoff.
 
+use std::collections::BTreeMap;
 use std::error::Error as StdError;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, ConfigLoader, Region};
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::{BoxError, ProvideErrorMetadata, SdkError};
 
 /// Longest one attempt of a Kinesis or DynamoDB call may take (GetRecords
 /// answers within a few seconds; a lease write within milliseconds).
@@ -33,11 +37,65 @@ pub struct AwsSettings {
     pub attempt_timeout: Option<Duration>,
 }
 
+impl AwsSettings {
+    /// Which endpoint `service` is called at and which setting chose it, for
+    /// the message when it cannot be reached.
+    pub fn endpoint_origin(&self, service: Service) -> String {
+        let (flag, upper) = match service {
+            Service::Kinesis => (&self.kinesis_endpoint, "KINESIS"),
+            Service::DynamoDb => (&self.dynamodb_endpoint, "DYNAMODB"),
+        };
+        if let Some(url) = flag {
+            let name = upper.to_lowercase();
+            return format!("`{url}`, from --{name}-endpoint (or `{name}_endpoint` in the config file)");
+        }
+        for var in [format!("AWS_ENDPOINT_URL_{upper}"), "AWS_ENDPOINT_URL".to_owned()] {
+            if let Ok(url) = std::env::var(&var) {
+                return format!("`{url}`, from {var}");
+            }
+        }
+        "the region's public endpoint (or one set in the AWS config profile)".to_owned()
+    }
+}
+
 /// The two clients a worker needs.
 #[derive(Clone, Debug)]
 pub struct AwsClients {
     pub kinesis: aws_sdk_kinesis::Client,
     pub dynamodb: aws_sdk_dynamodb::Client,
+    /// Every request both clients sent.
+    pub requests: RequestCounts,
+}
+
+/// Requests sent, by service and operation (`DynamoDB.Scan`), every attempt
+/// counted: what the services bill and throttle.
+#[derive(Clone, Debug, Default)]
+pub struct RequestCounts(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl RequestCounts {
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().expect("not poisoned").clone()
+    }
+}
+
+impl Intercept for RequestCounts {
+    fn name(&self) -> &'static str {
+        "RequestCounts"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        // Both services speak AWS JSON: `X-Amz-Target: Kinesis_20131202.GetRecords`.
+        let target = context.request().headers().get("x-amz-target").unwrap_or("unknown.unknown");
+        let (service, operation) = target.split_once('.').unwrap_or((target, ""));
+        let service = service.split('_').next().unwrap_or(service);
+        *self.0.lock().expect("not poisoned").entry(format!("{service}.{operation}")).or_default() += 1;
+        Ok(())
+    }
 }
 
 /// An AWS call that failed, named for what the operator should fix.
@@ -51,8 +109,8 @@ pub enum AwsError {
     TableMissing(String),
     #[error("access denied for {operation}: {message}; check the credentials and their IAM policy")]
     AccessDenied { operation: &'static str, message: String },
-    #[error("cannot reach the {service} endpoint for {operation}: {message}; check the endpoint settings (AWS_ENDPOINT_URL_{service_upper}) and the network")]
-    Unreachable { service: &'static str, service_upper: &'static str, operation: &'static str, message: String },
+    #[error("cannot reach the {} endpoint for {operation}: {message}; check the endpoint settings and the network", service.names().0)]
+    Unreachable { service: Service, operation: &'static str, message: String },
     #[error("{operation} was throttled and retries ran out: {message}")]
     Throttled { operation: &'static str, message: String },
     #[error("{operation} failed: {code}: {message}")]
@@ -71,8 +129,7 @@ impl AwsError {
         let message = error.message().map(str::to_owned).unwrap_or_else(|| chain(&error));
         match (&error, code.as_str()) {
             (SdkError::DispatchFailure(_) | SdkError::TimeoutError(_), _) => {
-                let (service, service_upper) = service.names();
-                AwsError::Unreachable { service, service_upper, operation, message: chain(&error) }
+                AwsError::Unreachable { service, operation, message: chain(&error) }
             }
             (_, "ResourceNotFoundException") => match service {
                 Service::Kinesis => AwsError::StreamNotFound(resource.to_owned()),
@@ -147,17 +204,19 @@ impl AwsClients {
         if config.region().is_none() {
             return Err(AwsError::NoRegion);
         }
-        let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config);
+        let requests = RequestCounts::default();
+        let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config).interceptor(requests.clone());
         if let Some(url) = &settings.kinesis_endpoint {
             kinesis = kinesis.endpoint_url(url);
         }
-        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&config);
+        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&config).interceptor(requests.clone());
         if let Some(url) = &settings.dynamodb_endpoint {
             dynamodb = dynamodb.endpoint_url(url);
         }
         Ok(Self {
             kinesis: aws_sdk_kinesis::Client::from_conf(kinesis.build()),
             dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb.build()),
+            requests,
         })
     }
 }

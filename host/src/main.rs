@@ -3,7 +3,7 @@ use std::io::BufReader;
 use std::process::ExitCode;
 
 use clap::Parser;
-use kcl_host::aws::AwsClients;
+use kcl_host::aws::{AwsClients, AwsError};
 use kcl_host::cli::{Cli, Command, LogFormat, ReplayArgs, RunArgs};
 use kcl_host::config::{Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
@@ -85,7 +85,12 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
         config.initial_position,
         config.take.failover_time,
     );
-    let summary = kcl_host::worker::run(config, clients, processor, shutdown).await.map_err(|e| e.to_string())?;
+    let aws = config.aws.clone();
+    let requests = clients.requests.clone();
+    let summary = kcl_host::worker::run(config, clients, processor, shutdown).await.map_err(|e| match e.aws() {
+        Some(AwsError::Unreachable { service, .. }) => format!("{e}; the endpoint is {}", aws.endpoint_origin(*service)),
+        _ => e.to_string(),
+    })?;
     let total: u64 = summary.records.values().sum();
     tracing::info!(
         "stopped after {:.1}s: {total} records from {} shards; processed to SHARD_END: {:?}",
@@ -93,6 +98,8 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
         summary.records.len(),
         summary.finished,
     );
+    let requests: Vec<String> = requests.snapshot().iter().map(|(op, n)| format!("{op}={n}")).collect();
+    tracing::info!("requests sent: {}", requests.join(" "));
     Ok(())
 }
 

@@ -29,7 +29,10 @@ pub enum CallError {
     #[error("processor call ran longer than its deadline of {0:?} and was stopped")]
     DeadlineExceeded(Duration),
     /// The processor tried to grow its memory past the cap.
-    #[error("processor needed more memory than its limit of {0} bytes and was stopped")]
+    #[error(
+        "processor needed more memory than its limit of {} MiB and was stopped; if it needs more, \
+         raise --memory-limit-mib", .0 >> 20
+    )]
     MemoryLimit(usize),
     /// The processor trapped (a panic, an `unreachable`, a bad memory access...).
     #[error("processor trapped: {0}")]

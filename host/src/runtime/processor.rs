@@ -36,6 +36,13 @@ pub enum LoadError {
     Invalid { path: PathBuf, reason: String },
 
     #[error(
+        "`{path}` starts with {needed_mib} MiB of linear memory, more than the memory limit of \
+         {limit_mib} MiB; raise --memory-limit-mib (or `memory_limit_mib` in the config file) \
+         to at least {needed_mib} — the component itself is fine"
+    )]
+    MemoryLimitTooSmall { path: PathBuf, needed_mib: usize, limit_mib: usize },
+
+    #[error(
         "`{path}` does not export `{RECORD_PROCESSOR_EXPORT}` (its exports: {exports}); \
          implement a processor with the kcl-guest SDK (Rust) or the Go SDK"
     )]
@@ -81,7 +88,7 @@ impl Processor {
             tokio::task::spawn_blocking(move || cache::compile(&engine, &bytes, dir.as_deref()))
                 .await
                 .expect("the compile task does not panic")
-                .map_err(|e| LoadError::Invalid { path: path.clone(), reason: format!("{e:#}") })?
+                .map_err(|e| compile_error(&path, runtime, e))?
         };
         check_exports(runtime, &path, &component)?;
 
@@ -109,6 +116,24 @@ impl Processor {
 
     pub(crate) fn pre(&self) -> &ProcessorPre<ShardState> {
         &self.inner.pre
+    }
+}
+
+/// A compile error; a memory the pooling allocator cannot give is the
+/// operator's limit, not a broken component.
+fn compile_error(path: &Path, runtime: &Runtime, error: wasmtime::Error) -> LoadError {
+    let reason = format!("{error:#}");
+    let needed = reason
+        .split_once("minimum byte size of ")
+        .filter(|_| reason.contains("exceeds the limit"))
+        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<usize>().ok());
+    match needed {
+        Some(bytes) => LoadError::MemoryLimitTooSmall {
+            path: path.into(),
+            needed_mib: bytes.div_ceil(1 << 20),
+            limit_mib: runtime.config().memory_limit >> 20,
+        },
+        None => LoadError::Invalid { path: path.into(), reason },
     }
 }
 

@@ -49,6 +49,16 @@ pub enum WorkerError {
     Refused(String),
 }
 
+impl WorkerError {
+    /// The AWS call that failed, if that is what went wrong.
+    pub fn aws(&self) -> Option<&AwsError> {
+        match self {
+            WorkerError::Aws(e) | WorkerError::Lease(LeaseError::Aws(e)) => Some(e),
+            WorkerError::Refused(_) => None,
+        }
+    }
+}
+
 /// What a worker did, for the summary printed at exit.
 #[derive(Debug, Default)]
 pub struct Summary {

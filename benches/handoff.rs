@@ -1,0 +1,132 @@
+//! Fleet handoff against the local servers, judged from the lease table:
+//! two `kcl-host run` processes on an 8-shard stream, at failover times of
+//! 10 s and 3 s:
+//! - join: a second worker starts → the table shows 4 and 4;
+//! - kill -9 of one → the table shows all 8 with the survivor;
+//! - SIGTERM of one → the same, after a graceful stop.
+//!
+//! Then DynamoDB requests per lease-minute: 64 leases, 2 workers, failover
+//! 10 s, counted by each worker's SDK interceptor (its exit line).
+//!
+//! Run with `bash scripts/servers.sh start && source .servers/env &&
+//! cargo bench -p kcl-host --bench handoff`; figures go in docs/BENCHMARKS.md.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kcl_testkit::process::KclHost;
+use kcl_testkit::{clients, leases, unique, TestStream};
+
+const SIGTERM: i32 = 15;
+const LIMIT: Duration = Duration::from_secs(120);
+/// How often the table is read while waiting: the measurement's resolution.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+fn start(stream: &str, application: &str, worker: &str, failover: &str) -> KclHost {
+    let processor = kcl_testkit::guest("counter").display().to_string();
+    let cache = std::env::temp_dir().join("kcl-host-bench-cache").display().to_string();
+    KclHost::spawn(
+        env!("CARGO_BIN_EXE_kcl-host").as_ref(),
+        &[
+            "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
+            "--failover-time", failover, "--idle-time-between-reads", "200ms", "--cache-dir", &cache,
+        ],
+    )
+}
+
+/// Leases per owner, as the table says now.
+async fn owners(dynamodb: &aws_sdk_dynamodb::Client, application: &str) -> BTreeMap<String, usize> {
+    let mut owners = BTreeMap::new();
+    for lease in leases(dynamodb, application).await {
+        *owners.entry(lease.owner.unwrap_or_default()).or_default() += 1;
+    }
+    owners
+}
+
+/// Seconds from `since` until the table shows `want`.
+async fn until(dynamodb: &aws_sdk_dynamodb::Client, application: &str, want: &[(&str, usize)], since: Instant) -> f64 {
+    let want: BTreeMap<String, usize> = want.iter().map(|(w, n)| (w.to_string(), *n)).collect();
+    while owners(dynamodb, application).await != want {
+        assert!(since.elapsed() < LIMIT, "the table never showed {want:?}: {:?}", owners(dynamodb, application).await);
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+    since.elapsed().as_secs_f64()
+}
+
+async fn handoffs(failover: &str) {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-handoff"), 8).await;
+    let application = unique("bench-handoff-app");
+    let db = &aws.dynamodb;
+    let mut first = start(&stream.name, &application, "w1", failover);
+    first.wait_for("all 8 shards", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 8).await;
+
+    let joined = Instant::now();
+    let second = start(&stream.name, &application, "w2", failover);
+    let join = until(db, &application, &[("w1", 4), ("w2", 4)], joined).await;
+    let killed = Instant::now();
+    second.kill().await;
+    let kill = until(db, &application, &[("w1", 8)], killed).await;
+
+    let second = start(&stream.name, &application, "w2", failover);
+    until(db, &application, &[("w1", 4), ("w2", 4)], Instant::now()).await;
+    let stopped = Instant::now();
+    second.signal(SIGTERM);
+    let term = until(db, &application, &[("w1", 8)], stopped).await;
+    let (status, log) = second.wait_exit(LIMIT).await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let (status, log) = first.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    println!("failover {failover}: join -> balanced {join:.2} s; kill -9 -> survivor holds all {kill:.2} s; SIGTERM -> other holds all {term:.2} s");
+}
+
+/// `DynamoDB.UpdateItem=12 ...` from a worker's exit line.
+fn requests(log: &[String]) -> BTreeMap<String, u64> {
+    let line = log.iter().find(|l| l.contains("requests sent: ")).expect("the exit line");
+    line.split_once("requests sent: ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(op, n)| (op.to_owned(), n.parse().unwrap()))
+        .collect()
+}
+
+async fn request_rates(steady: Duration) {
+    const SHARDS: i32 = 64;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-cost"), SHARDS).await;
+    let application = unique("bench-cost-app");
+    let started = Instant::now();
+    let mut a = start(&stream.name, &application, "w1", "10s");
+    let mut b = start(&stream.name, &application, "w2", "10s");
+    until(&aws.dynamodb, &application, &[("w1", 32), ("w2", 32)], started).await;
+    for w in [&mut a, &mut b] {
+        w.wait_for("its share", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 32).await;
+    }
+    tokio::time::sleep(steady).await;
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    let mut total: BTreeMap<String, u64> = BTreeMap::new();
+    for w in [a, b] {
+        let (status, log) = w.interrupt().await;
+        assert!(status.success(), "{}", log.join("\n"));
+        for (op, n) in requests(&log) {
+            *total.entry(op).or_default() += n;
+        }
+    }
+    let lease_minutes = SHARDS as f64 * minutes;
+    println!("{SHARDS} leases, 2 workers, {minutes:.1} min (start-up included), per lease-minute:");
+    for (op, n) in &total {
+        println!("  {op:<28} {n:>7} requests  {:>6.2} per lease-minute", *n as f64 / lease_minutes);
+    }
+    let dynamodb: u64 = total.iter().filter(|(op, _)| op.starts_with("DynamoDB.")).map(|(_, n)| n).sum();
+    println!("  all DynamoDB                 {dynamodb:>7} requests  {:>6.2} per lease-minute", dynamodb as f64 / lease_minutes);
+}
+
+#[tokio::main]
+async fn main() {
+    for failover in ["10s", "3s"] {
+        handoffs(failover).await;
+    }
+    request_rates(Duration::from_secs(120)).await;
+}
