@@ -99,6 +99,7 @@ async fn request_rates(steady: Duration) {
     let application = unique("bench-cost-app");
     let started = Instant::now();
     let mut a = start(&stream.name, &application, "w1", "10s");
+    a.wait_for("the lease table", LIMIT, |log| log.iter().any(|l| l.contains("first lease pass done"))).await;
     let mut b = start(&stream.name, &application, "w2", "10s");
     until(&aws.dynamodb, &application, &[("w1", 32), ("w2", 32)], started).await;
     for w in [&mut a, &mut b] {
@@ -123,10 +124,17 @@ async fn request_rates(steady: Duration) {
     println!("  all DynamoDB                 {dynamodb:>7} requests  {:>6.2} per lease-minute", dynamodb as f64 / lease_minutes);
 }
 
+/// `cargo bench --bench handoff [-- handoffs|requests]`: both parts, or one.
 #[tokio::main]
 async fn main() {
-    for failover in ["10s", "3s"] {
-        handoffs(failover).await;
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let wanted = |part: &str| only.is_empty() || only.iter().any(|o| o == part);
+    if wanted("handoffs") {
+        for failover in ["10s", "3s"] {
+            handoffs(failover).await;
+        }
     }
-    request_rates(Duration::from_secs(120)).await;
+    if wanted("requests") {
+        request_rates(Duration::from_secs(120)).await;
+    }
 }

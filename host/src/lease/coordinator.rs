@@ -181,16 +181,18 @@ fn lock<S>(held: &Held<S>) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Held
 /// slow take pass, shard sync or ListShards never delays a renewal.
 pub struct Renewer<S> {
     held: Held<S>,
-    /// A lease written (checkpointed) within this long needs no renewal yet.
+    /// The renewal period: a lease a checkpoint wrote within half of it
+    /// needs no renewal yet.
     every: Duration,
 }
 
 impl<S: LeaseStore> Renewer<S> {
     /// Renews every held lease at once (one slow write does not hold up the
-    /// others), except those a checkpoint wrote within the renewal period;
-    /// returns, and forgets, the ones lost.
+    /// others), except those a checkpoint wrote within the last half
+    /// renewal period (so the longest gap between writes is one and a half
+    /// periods); returns, and forgets, the ones lost.
     pub async fn renew_all(&self) -> Vec<Arc<HeldLease<S>>> {
-        let recently = Instant::now().checked_sub(self.every);
+        let recently = Instant::now().checked_sub(self.every / 2);
         let held: Vec<_> =
             lock(&self.held).values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect();
         let mut renewals = tokio::task::JoinSet::new();

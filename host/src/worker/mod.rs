@@ -9,8 +9,9 @@
 //!   moment a worker would die: a worker that joined, stopped or died starts
 //!   a take pass at once (which also gives back leases above this worker's
 //!   share, after a checkpoint);
-//! - a take pass every failover time, sooner when a lease of an owner
-//!   without heartbeat can expire, or when this worker is short of its share;
+//! - a take pass every two failover times (Java KCL's taker interval),
+//!   sooner when a lease of an owner without heartbeat can expire, or when
+//!   this worker is short of its share;
 //! - a shard sync every sync interval, on the last pass's read of the table,
 //!   and at once when a shard ends, so children start right after their parents.
 
@@ -202,7 +203,9 @@ pub async fn run(
     let mut refused = None;
 
     loop {
-        let next_pass = last_pass + if short { poll } else { failover };
+        // Java KCL's taker interval: the heartbeats already bring a pass at
+        // once when a worker dies, stops or joins.
+        let next_pass = last_pass + if short { poll } else { failover * 2 };
         let take_at = coordinator.expiry_due().map_or(next_pass, |due| due.min(next_pass));
         let poll_at = fleet.next_death().map_or(next_poll, |death| death.min(next_poll));
         let mut pass_now = false;
