@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use kcl_example_json_aggregate::Totals;
-use kcl_host::runtime::bindings::{Batch, KinesisRecord, ShardInfo};
-use kcl_host::runtime::sequence::Position;
+use kcl_host::records::{Batch, Position, Record};
+use kcl_host::runtime::bindings::ShardInfo;
 use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInstance};
 use kcl_testkit::guest;
 
@@ -27,39 +27,41 @@ impl CheckpointSink for Discard {
 
 /// 1 KiB JSON purchase events, padded with a note.
 fn batch() -> Batch {
-    let records = (0..BATCH)
-        .map(|i| {
-            let mut data = format!(r#"{{"user":"u{}","kind":"purchase","amount":{}.5,"note":""#, i % 50, i % 17);
-            data.push_str(&"x".repeat(RECORD_BYTES - data.len() - 2));
-            data.push_str("\"}");
-            assert_eq!(data.len(), RECORD_BYTES);
-            KinesisRecord {
-                data: data.into_bytes(),
-                partition_key: format!("u{}", i % 50),
-                sequence_number: format!("49{i:054}"),
-                sub_sequence_number: None,
-                approximate_arrival_timestamp_ms: 1_780_000_000_000,
-                explicit_hash_key: None,
-            }
-        })
-        .collect();
-    Batch { records, millis_behind_latest: 0 }
+    let mut batch = Batch::default();
+    for i in 0..BATCH {
+        let mut data = format!(r#"{{"user":"u{}","kind":"purchase","amount":{}.5,"note":""#, i % 50, i % 17);
+        data.push_str(&"x".repeat(RECORD_BYTES - data.len() - 2));
+        data.push_str("\"}");
+        assert_eq!(data.len(), RECORD_BYTES);
+        batch.push(Record {
+            data: data.as_bytes(),
+            partition_key: &format!("u{}", i % 50),
+            sequence_number: &format!("49{i:054}"),
+            sub_sequence_number: None,
+            arrival_timestamp_ms: 1_780_000_000_000,
+            explicit_hash_key: None,
+        });
+    }
+    batch
 }
 
-fn shard() -> ShardInfo {
+fn shard(id: &str) -> ShardInfo {
     ShardInfo {
         stream_name: "bench".into(),
-        shard_id: "shardId-000000000000".into(),
+        shard_id: id.into(),
         starting_checkpoint: "TRIM_HORIZON".into(),
         starting_sub_sequence_number: None,
     }
 }
 
-async fn instance(processor: &Processor) -> ShardInstance {
-    let mut instance = processor.instantiate("shardId-000000000000", Box::new(Discard), None).await.unwrap();
-    instance.initialize(&shard()).await.unwrap();
+/// An initialized instance; the 0.1 guest does nothing on a shard named `noop`.
+async fn instance(processor: &Processor, shard_id: &str) -> ShardInstance {
+    let mut instance = processor.instantiate(shard_id, Box::new(Discard), None).await.unwrap();
+    instance.initialize(&shard(shard_id)).await.unwrap();
     instance
 }
+
+const SHARD: &str = "shardId-000000000000";
 
 fn resident_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
@@ -73,10 +75,13 @@ fn main() {
     let noop = rt.block_on(Processor::load(&runtime, &guest("noop"))).unwrap();
     let aggregate = rt.block_on(Processor::load(&runtime, &guest("json-aggregate"))).unwrap();
     let go_aggregate = rt.block_on(Processor::load(&runtime, &guest("go-json-aggregate"))).unwrap();
+    // The same work through the 0.1 contract (a list of records), side by side.
+    let legacy = rt.block_on(Processor::load(&runtime, &guest("legacy-v0.1"))).unwrap();
+    println!("contract: go-json-aggregate {}, legacy-v0.1 {}", go_aggregate.contract_version(), legacy.contract_version());
     for name in ["noop", "json-aggregate", "go-json-aggregate"] {
         println!("component-size/{name}: {} KiB", std::fs::metadata(guest(name)).unwrap().len() / 1024);
     }
-    let batch = batch();
+    let mut batch = batch();
 
     // Idle memory: resident growth over many initialized instances (fewer
     // Go ones: each carries the Go runtime's heap).
@@ -85,7 +90,7 @@ fn main() {
         let instances: Vec<_> = rt.block_on(async {
             let mut all = Vec::new();
             for _ in 0..count {
-                all.push(instance(processor).await);
+                all.push(instance(processor, SHARD).await);
             }
             all
         });
@@ -97,17 +102,24 @@ fn main() {
     let mut c = Criterion::default().configure_from_args().measurement_time(Duration::from_secs(5));
     let mut group = c.benchmark_group("process-records");
     group.throughput(Throughput::Elements(BATCH as u64));
-    for (name, processor) in [("noop", &noop), ("json-aggregate", &aggregate), ("go-json-aggregate", &go_aggregate)] {
-        let mut instance = rt.block_on(instance(processor));
+    let runs = [
+        ("noop", &noop, SHARD),
+        ("noop-v0.1", &legacy, "noop"),
+        ("json-aggregate", &aggregate, SHARD),
+        ("json-aggregate-v0.1", &legacy, SHARD),
+        ("go-json-aggregate", &go_aggregate, SHARD),
+    ];
+    for (name, processor, shard_id) in runs {
+        let mut instance = rt.block_on(instance(processor, shard_id));
         group.bench_function(BenchmarkId::new("wasm", name), |b| {
-            b.iter(|| rt.block_on(instance.process_records(&batch)).unwrap())
+            b.iter(|| rt.block_on(instance.process_records(&mut batch)).unwrap())
         });
     }
     group.bench_function(BenchmarkId::new("native", "json-aggregate"), |b| {
         let mut totals = Totals::default();
         b.iter(|| {
-            for record in &batch.records {
-                totals.add(&record.data);
+            for record in batch.iter() {
+                totals.add(record.data);
             }
         })
     });

@@ -29,6 +29,11 @@ for g in "${guests[@]}"; do
   cp "$target/wasm32-wasip2/guest/kcl_example_${g//-/_}.wasm" "examples/build/$g.wasm"
 done
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_faulty.wasm" examples/build/faulty.wasm
+# Apart, and after the copies: built with the others, cargo would unify
+# features and give it the JSON example's 0.2 export too; and building it
+# rebuilds that example without its export (so it is copied first).
+cargo build --quiet --target wasm32-wasip2 --profile guest -p kcl-test-guest-legacy
+cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy.wasm" examples/build/legacy-v0.1.wasm
 for g in counter json-aggregate; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done

@@ -409,6 +409,13 @@ async fn put_all(stream: &TestStream, phase: &str, records: &mut BTreeSet<String
     }
 }
 
+/// Whether the records in `log` and `others` include every one of `expected`.
+fn covers(log: &[String], others: &[Delivered], expected: &BTreeSet<String>) -> bool {
+    let seen: BTreeSet<String> =
+        log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).chain(others.iter().cloned()).map(|d| d.data).collect();
+    seen.is_superset(expected)
+}
+
 /// Records delivered by any worker, each with how many times it came.
 fn delivery_counts<'a>(all: impl IntoIterator<Item = &'a Delivered>) -> BTreeMap<&'a str, (usize, &'a Delivered)> {
     let mut counts: BTreeMap<&str, (usize, &Delivered)> = BTreeMap::new();
@@ -428,7 +435,9 @@ async fn a_joining_worker_is_given_its_share_without_duplicates() {
     assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 2), ("worker-2".into(), 2)]));
     pair.put("after").await;
     let total = pair.records.len();
-    pair.first.wait_for("the first's half", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 30).await;
+    // The first delivered every record before giving two shards away: 40,
+    // then the new records of the two it kept.
+    pair.first.wait_for("the first's half", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 60).await;
     pair.second().wait_for("the second's half", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 20).await;
     let (by_first, by_second) = (pair.first.delivered().await, pair.second().delivered().await);
     let counts = delivery_counts(by_first.iter().chain(&by_second));
@@ -449,10 +458,11 @@ async fn a_stopped_worker_hands_its_shards_over_without_duplicates() {
     assert!(status.success(), "{}", log_second.join("\n"));
     pair.put("after").await;
     let total = pair.records.len();
-    pair.first.wait_for("every record", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= total - 20).await;
+    let by_second: Vec<Delivered> = log_second.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).collect();
+    let expected = pair.records.clone();
+    pair.first.wait_for("every record", LIMIT, |log| covers(log, &by_second, &expected)).await;
     assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 4)]), "the first took all four");
     let by_first = pair.first.delivered().await;
-    let by_second: Vec<Delivered> = log_second.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).collect();
     let counts = delivery_counts(by_first.iter().chain(&by_second));
     assert_eq!(delivered_set(&counts), pair.records, "every record processed, none lost");
     assert_eq!(by_first.len() + by_second.len(), total, "the stopping worker checkpointed: no duplicates");
@@ -471,12 +481,7 @@ async fn a_killed_worker_is_replaced_and_only_records_after_its_checkpoints_come
         leases(&pair.aws.dynamodb, &pair.application).await.into_iter().map(|l| (l.key, l.checkpoint)).collect();
     pair.put("after").await;
     let expected = pair.records.clone();
-    pair.first
-        .wait_for("every record", LIMIT, |log| {
-            let seen: BTreeSet<String> = log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).map(|d| d.data).collect();
-            expected.iter().all(|r| before_kill.iter().any(|d| &d.data == r) || seen.contains(r))
-        })
-        .await;
+    pair.first.wait_for("every record", LIMIT, |log| covers(log, &before_kill, &expected)).await;
     assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 4)]), "the survivor took all four");
     let by_first = pair.first.delivered().await;
     let counts = delivery_counts(by_first.iter().chain(&before_kill));
@@ -495,4 +500,62 @@ async fn a_killed_worker_is_replaced_and_only_records_after_its_checkpoints_come
     }
     let (a, log_a) = pair.first.interrupt().await;
     assert!(a.success(), "{}", log_a.join("\n"));
+}
+
+/// Puts one KPL aggregate of `users` user records (`<prefix>-<i>`) on `shard`.
+async fn put_aggregate(stream: &TestStream, shard: &str, prefix: &str, users: usize) -> (String, Vec<String>) {
+    let payloads: Vec<String> = payloads(prefix, users);
+    let aggregate = kcl_host::records::kpl::encode(payloads.iter().map(|p| ("user-key", None, p.as_bytes())));
+    let seq = stream.put_keyed(shard, &[(&aggregate, "aggregate-key")]).await.pop().unwrap();
+    (seq, payloads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_inside_a_kpl_aggregate_skips_nothing_and_repeats_nothing() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("kpl"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    // 150 user records in one Kinesis record: the counter checkpoints after
+    // the 100th, inside the aggregate.
+    let (seq, users) = put_aggregate(&stream, &shard, "u", 150).await;
+    let application = unique("kpl-app");
+    let mut first = start("counter", &stream.name, &application, "worker-1");
+    first.wait_for("all 150 user records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 150).await;
+    let delivered: Vec<String> = first.delivered().await.into_iter().map(|d| d.data).collect();
+    assert_eq!(delivered, users, "each user record once, in order");
+    first.kill().await;
+    let checkpoint = lease(&leases(&aws.dynamodb, &application).await, &shard).checkpoint.clone();
+    assert_eq!(checkpoint, Checkpoint::At(kcl_host::records::Position::new(&seq, 99).unwrap()), "sub-record 99 of the aggregate");
+
+    let mut second = start_with("counter", &stream.name, &application, "worker-2", &["--failover-time", "1s"]);
+    second.wait_for("the rest of the aggregate", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 50).await;
+    let again: Vec<String> = second.delivered().await.into_iter().map(|d| d.data).collect();
+    let (status, log) = second.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert_eq!(again, users[100..], "from user record 100 on: nothing skipped, nothing before it again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_checkpoint_at_the_first_user_record_keeps_the_rest_of_the_aggregate() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("kpl-java"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let (seq, users) = put_aggregate(&stream, &shard, "j", 5).await;
+    stream.put(&shard, &["after".to_owned()]).await;
+    // Java KCL writes `checkpoint` = the aggregate's sequence number and
+    // `checkpointSubSequenceNumber` = 0 after processing its first user record.
+    let application = unique("kpl-java-app");
+    let row = Lease {
+        checkpoint: Checkpoint::parse(&seq, 0).unwrap(),
+        ..Lease::new(shard.clone(), Checkpoint::TrimHorizon, BTreeSet::new())
+    };
+    write_leases(&aws.dynamodb, &application, &[row]).await;
+    let mut host = start("counter", &stream.name, &application, "worker-1");
+    host.wait_for("the rest", LIMIT, |log| log.iter().any(|l| l.contains("kcl_host::guest: record ") && l.contains(" after "))).await;
+    let delivered: Vec<String> = host.delivered().await.into_iter().map(|d| d.data).collect();
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let mut expected = users[1..].to_vec();
+    expected.push("after".into());
+    assert_eq!(delivered, expected, "user records 1..4 of the aggregate, then the next record");
 }

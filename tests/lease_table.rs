@@ -10,7 +10,7 @@ use kcl_host::lease::coordinator::{CheckpointFailure, Coordinator};
 use kcl_host::lease::dynamo::DynamoStore;
 use kcl_host::lease::rules::TakeSettings;
 use kcl_host::lease::{Checkpoint, LeaseStore};
-use kcl_host::runtime::sequence::Position;
+use kcl_host::records::Position;
 use kcl_testkit::{clients, unique};
 
 type Item = HashMap<String, AttributeValue>;
@@ -98,7 +98,7 @@ async fn a_java_kcl_table_is_read_continued_and_not_damaged() {
     assert_eq!(taken.len(), 1, "the finished lease is not taken");
     let held = &taken[0];
     assert_eq!(held.key(), "shardId-000000000000");
-    let next = Position::new("49590338271490256608559692538361571095921575989136589000", None).unwrap();
+    let next = Position::new("49590338271490256608559692538361571095921575989136589000", 0).unwrap();
     held.checkpoint(Checkpoint::At(next.clone()), &BTreeSet::new()).await.unwrap();
 
     let row = get(&aws.dynamodb, &table, "shardId-000000000000").await;
@@ -133,7 +133,7 @@ async fn a_checkpoint_after_losing_the_lease_is_refused() {
     let mut theirs = Coordinator::new(store.clone(), "kcl-host-2", impatient);
     assert_eq!(theirs.take_pass().await.unwrap().taken.len(), 1);
 
-    let position = Position::new("49590338271490256608559692538361571095921575989136589000", None).unwrap();
+    let position = Position::new("49590338271490256608559692538361571095921575989136589000", 0).unwrap();
     assert_eq!(held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await, Err(CheckpointFailure::LeaseLost));
     let row = get(&aws.dynamodb, &table, "shardId-000000000000").await;
     assert_eq!(row["checkpoint"], java_rows()[0]["checkpoint"], "the stale worker moved nothing");

@@ -46,7 +46,8 @@ import (
 	wit "kclhost.dev/kcl/internal/wit/imports/kcl_processor_types"
 )
 
-// Record is one Kinesis record.
+// Record is one Kinesis record. Data and the strings are views into the
+// batch's buffers: copy what must outlive the ProcessRecords call.
 type Record struct {
 	// Data is the payload as the producer wrote it.
 	Data           []byte
@@ -188,23 +189,55 @@ func (h *handler) Initialize(shard wit.ShardInfo) export.Outcome {
 	return outcome(err)
 }
 
+// The bits of a batch's flags column (the WIT's record-flags).
+const (
+	flagAggregated      = 1
+	flagExplicitHashKey = 2
+)
+
+// span is [ends[i-1], ends[i]).
+func span(ends []uint32, i int) (int, int) {
+	start := 0
+	if i > 0 {
+		start = int(ends[i-1])
+	}
+	return start, int(ends[i])
+}
+
+// records turns the host's columns into Records that share their buffers:
+// one allocation per batch, none per record.
+func records(b wit.Batch) []Record {
+	out := make([]Record, len(b.DataEnds))
+	subs := make([]uint64, len(out)) // backing for the SubSequenceNumber pointers
+	for i := range out {
+		ds, de := span(b.DataEnds, i)
+		ks, ke := span(b.PartitionKeyEnds, i)
+		ss, se := span(b.SequenceNumberEnds, i)
+		r := Record{
+			Data:               b.Data[ds:de:de],
+			PartitionKey:       b.PartitionKeys[ks:ke],
+			SequenceNumber:     b.SequenceNumbers[ss:se],
+			ApproximateArrival: time.UnixMilli(int64(b.ArrivalTimestampsMs[i])),
+		}
+		if b.Flags[i]&flagAggregated != 0 {
+			subs[i] = b.SubSequenceNumbers[i]
+			r.SubSequenceNumber = &subs[i]
+		}
+		if b.Flags[i]&flagExplicitHashKey != 0 {
+			hs, he := span(b.ExplicitHashKeyEnds, i)
+			r.ExplicitHashKey = b.ExplicitHashKeys[hs:he]
+		}
+		out[i] = r
+	}
+	return out
+}
+
 func (h *handler) ProcessRecords(batch wit.Batch) export.Outcome {
 	defer collect()
 	if h.processor == nil {
 		return outcome(errors.New("process-records was called before initialize"))
 	}
-	records := make([]Record, len(batch.Records))
-	for i, r := range batch.Records {
-		records[i] = Record{
-			Data:               r.Data,
-			PartitionKey:       r.PartitionKey,
-			SequenceNumber:     r.SequenceNumber,
-			SubSequenceNumber:  optional(r.SubSequenceNumber),
-			ApproximateArrival: time.UnixMilli(int64(r.ApproximateArrivalTimestampMs)),
-			ExplicitHashKey:    r.ExplicitHashKey.SomeOr(""),
-		}
-	}
-	return outcome(h.processor.ProcessRecords(Batch{Records: records, MillisBehindLatest: batch.MillisBehindLatest}, checkpointer))
+	return outcome(h.processor.ProcessRecords(Batch{Records: records(batch), MillisBehindLatest: batch.MillisBehindLatest}, checkpointer))
 }
 
 func (h *handler) Shutdown(reason wit.ShutdownReason) export.Outcome {
@@ -264,9 +297,16 @@ func checkpointResult(result witTypes.Result[witTypes.Unit, wit.CheckpointError]
 	}
 }
 
-// Checkpoint records the last record delivered so far.
+// Checkpoint records the last record delivered so far (in Shutdown: the
+// last record of the last batch that returned nil).
 func (*Checkpointer) Checkpoint() error {
 	return checkpointResult(kcl_processor_checkpointer.Checkpoint())
+}
+
+// CheckpointAtIndex records record i of the batch being processed: the
+// cheapest form, nothing to parse on the host side.
+func (*Checkpointer) CheckpointAtIndex(i int) error {
+	return checkpointResult(kcl_processor_checkpointer.CheckpointAtIndex(uint32(i)))
 }
 
 // CheckpointAt records record, which must already have been delivered.

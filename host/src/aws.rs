@@ -337,7 +337,12 @@ mod tests {
         let config = c.kinesis.config().to_builder().retry_config(RetryConfig::disabled()).build();
         let err = aws_sdk_kinesis::Client::from_conf(config).list_shards().stream_name("s").send().await.unwrap_err();
         let err = AwsError::from_sdk(Service::Kinesis, "ListShards", "s", err);
-        assert!(matches!(err, AwsError::Unreachable { .. }), "{err}");
-        assert!(err.to_string().contains("AWS_ENDPOINT_URL_KINESIS"), "{err}");
+        assert!(matches!(err, AwsError::Unreachable { service: Service::Kinesis, .. }), "{err}");
+        // The message adds where the endpoint came from (the variable: see the acceptance test).
+        let flag = AwsSettings { kinesis_endpoint: Some("http://127.0.0.1:9".into()), ..AwsSettings::default() };
+        assert_eq!(
+            flag.endpoint_origin(Service::Kinesis),
+            "`http://127.0.0.1:9`, from --kinesis-endpoint (or `kinesis_endpoint` in the config file)"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Reading a shard with GetRecords: iterators, Kinesis' per-shard limits,
-//! expired iterators, throttling, and the end of a closed shard.
+//! expired iterators, throttling, the end of a closed shard, and KPL
+//! aggregates turned into their user records.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,8 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::aws::{AwsError, Service};
-use crate::runtime::bindings::KinesisRecord;
-use crate::runtime::sequence::Position;
+use crate::records::{kpl, Batch, Position, Record};
 
 /// Kinesis allows 5 GetRecords calls per second per shard.
 const MIN_CALL_INTERVAL: Duration = Duration::from_millis(200);
@@ -30,8 +30,12 @@ pub enum StartingPosition {
     /// At a record (included): where a failed attempt that had no
     /// checkpoint yet started delivering.
     At(String),
-    /// Just after a record already processed.
-    After(Position),
+    /// Just after a checkpoint: its record is read again and the user
+    /// records at or before the checkpoint are skipped (a checkpoint may
+    /// point inside a KPL aggregate).
+    Checkpoint(Position),
+    /// Just after a record read in full.
+    After(String),
 }
 
 /// How a fetcher paces itself.
@@ -53,9 +57,8 @@ impl Default for FetchSettings {
 /// What one successful read gave.
 #[derive(Debug)]
 pub struct Fetched {
-    /// In shard order; empty only at the shard's end.
-    pub records: Vec<KinesisRecord>,
-    pub millis_behind_latest: u64,
+    /// In shard order, aggregates de-aggregated; empty only at the shard's end.
+    pub batch: Batch,
     /// Set when the shard is closed and fully read: its children.
     pub shard_end: Option<BTreeSet<String>>,
 }
@@ -66,20 +69,38 @@ pub struct Fetcher {
     stream: String,
     shard: String,
     settings: FetchSettings,
+    /// The shard's hash keys: user records of an aggregate outside them are
+    /// dropped. `None` when the lease does not say.
+    range: Option<kpl::HashRange>,
     /// Where to get a fresh iterator from: the start, then after the last record read.
     resume: StartingPosition,
+    /// Until the first record arrives: what a checkpoint already covers.
+    skip_through: Option<Position>,
     iterator: Option<String>,
     next_call: Instant,
 }
 
 impl Fetcher {
-    pub fn new(client: Client, stream: &str, shard: &str, start: StartingPosition, settings: FetchSettings) -> Self {
+    pub fn new(
+        client: Client,
+        stream: &str,
+        shard: &str,
+        start: StartingPosition,
+        range: Option<kpl::HashRange>,
+        settings: FetchSettings,
+    ) -> Self {
+        let skip_through = match &start {
+            StartingPosition::Checkpoint(position) => Some(position.clone()),
+            _ => None,
+        };
         Self {
             client,
             stream: stream.to_owned(),
             shard: shard.to_owned(),
             settings,
+            range,
             resume: start,
+            skip_through,
             iterator: None,
             next_call: Instant::now(),
         }
@@ -94,7 +115,7 @@ impl Fetcher {
                 Some(iterator) => iterator.clone(),
                 None => match self.shard_iterator().await? {
                     Some(iterator) => iterator,
-                    None => return Ok(Fetched { records: Vec::new(), millis_behind_latest: 0, shard_end: Some(BTreeSet::new()) }),
+                    None => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()) }),
                 },
             };
             tokio::time::sleep_until(self.next_call).await;
@@ -115,26 +136,25 @@ impl Fetcher {
                 Err(e) => return Err(AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e)),
             };
             let millis_behind_latest = output.millis_behind_latest().unwrap_or(0).max(0) as u64;
-            let records: Vec<KinesisRecord> = output.records.into_iter().map(to_wit).collect();
             let shard_end = output.next_shard_iterator.is_none().then(|| {
                 output.child_shards.unwrap_or_default().into_iter().map(|c| c.shard_id).collect::<BTreeSet<_>>()
             });
-            if let Some(last) = records.last() {
-                let position = Position::new(&last.sequence_number, None).map_err(|e| AwsError::Service {
-                    operation: "GetRecords",
-                    code: "BadSequenceNumber".into(),
-                    message: format!("{} returned a record that cannot be checkpointed: {e}", self.shard),
-                })?;
-                self.resume = StartingPosition::After(position);
+            let mut batch = self.batch(&output.records)?;
+            batch.millis_behind_latest = millis_behind_latest;
+            if let Some(last) = output.records.last() {
+                self.resume = StartingPosition::After(last.sequence_number.clone());
+                if let Some(checkpoint) = self.skip_through.take() {
+                    batch = batch.after(&checkpoint);
+                }
             }
             self.iterator = output.next_shard_iterator;
-            if records.is_empty() && shard_end.is_none() {
+            if batch.is_empty() && shard_end.is_none() {
                 if millis_behind_latest == 0 {
                     self.next_call = Instant::now() + self.settings.idle_time_between_reads;
                 }
                 continue;
             }
-            return Ok(Fetched { records, millis_behind_latest, shard_end });
+            return Ok(Fetched { batch, shard_end });
         }
     }
 
@@ -173,9 +193,12 @@ impl Fetcher {
             StartingPosition::At(sequence_number) => request
                 .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
                 .starting_sequence_number(sequence_number),
-            StartingPosition::After(position) => request
-                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+            StartingPosition::Checkpoint(position) => request
+                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
                 .starting_sequence_number(position.sequence_number()),
+            StartingPosition::After(sequence_number) => request
+                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .starting_sequence_number(sequence_number),
         };
         let output = match request.send().await {
             Ok(output) => output,
@@ -227,16 +250,31 @@ impl Drop for Prefetch {
     }
 }
 
-fn to_wit(record: aws_sdk_kinesis::types::Record) -> KinesisRecord {
-    KinesisRecord {
-        approximate_arrival_timestamp_ms: record
-            .approximate_arrival_timestamp
-            .and_then(|t| t.to_millis().ok())
-            .map_or(0, |ms| ms.max(0) as u64),
-        data: record.data.into_inner(),
-        partition_key: record.partition_key.unwrap_or_default(),
-        sequence_number: record.sequence_number,
-        sub_sequence_number: None,
-        explicit_hash_key: None,
+impl Fetcher {
+    /// The user records of a GetRecords response, in order.
+    fn batch(&self, records: &[aws_sdk_kinesis::types::Record]) -> Result<Batch, AwsError> {
+        let mut batch = Batch::default();
+        let mut dropped = 0;
+        for record in records {
+            // Checkpoints name sequence numbers: one that is not decimal is a server bug.
+            Position::new(&record.sequence_number, 0).map_err(|e| AwsError::Service {
+                operation: "GetRecords",
+                code: "BadSequenceNumber".into(),
+                message: format!("{} returned a record that cannot be checkpointed: {e}", self.shard),
+            })?;
+            let record = Record {
+                data: record.data.as_ref(),
+                partition_key: record.partition_key.as_deref().unwrap_or_default(),
+                sequence_number: &record.sequence_number,
+                sub_sequence_number: None,
+                arrival_timestamp_ms: record.approximate_arrival_timestamp.and_then(|t| t.to_millis().ok()).map_or(0, |ms| ms.max(0) as u64),
+                explicit_hash_key: None,
+            };
+            dropped += kpl::push(&mut batch, record, self.range.as_ref());
+        }
+        if dropped > 0 {
+            tracing::info!(shard = %self.shard, "dropped {dropped} user records of KPL aggregates outside this shard's hash keys (written before a reshard; the sibling shard has them)");
+        }
+        Ok(batch)
     }
 }

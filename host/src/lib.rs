@@ -1,6 +1,7 @@
 //! kcl-host: consume Amazon Kinesis the way the Kinesis Client Library does,
 //! with each shard's processor a sandboxed WebAssembly component.
 //!
+//! - [`records`]: batches of Kinesis records as columns, KPL aggregates, positions.
 //! - [`runtime`]: wasmtime, components, one sandboxed instance per shard.
 //! - [`replay`]: a processor's lifecycle on records from a file.
 //! - [`cli`]: command-line parsing.
@@ -10,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod fetch;
 pub mod lease;
+pub mod records;
 pub mod replay;
 pub mod runtime;
 pub mod shard;

@@ -9,8 +9,8 @@ use aws_smithy_types::date_time::{DateTime, Format};
 use base64::Engine as _;
 use serde::Deserialize;
 
-use crate::runtime::bindings::{Batch, KinesisRecord, ShardInfo, ShutdownReason};
-use crate::runtime::sequence::Position;
+use crate::records::{kpl, Batch, Position, Record};
+use crate::runtime::bindings::{ShardInfo, ShutdownReason};
 use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor};
 
 /// One input line, as the user writes it.
@@ -35,10 +35,11 @@ pub enum InputError {
 
 /// Reads records, one JSON object per line: `data` (UTF-8) or `data_base64`,
 /// and optional `partition_key`, `sequence_number`, `arrival` (RFC 3339).
-/// Missing fields are generated; blank lines are skipped.
-pub fn read_records(input: impl BufRead) -> Result<Vec<KinesisRecord>, InputError> {
+/// Missing fields are generated; blank lines are skipped. A KPL aggregate
+/// becomes its user records, as in `kcl-host run`.
+pub fn read_records(input: impl BufRead) -> Result<Batch, InputError> {
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
-    let mut records: Vec<KinesisRecord> = Vec::new();
+    let mut records = Batch::default();
     let mut last: Option<Position> = None;
     for (index, line) in input.lines().enumerate() {
         let line_no = index + 1;
@@ -57,7 +58,7 @@ pub fn read_records(input: impl BufRead) -> Result<Vec<KinesisRecord>, InputErro
             (None, None) => return Err(bad("missing `data` (UTF-8 text) or `data_base64`".into())),
         };
         let sequence_number = input.sequence_number.unwrap_or_else(|| generated_sequence_number(line_no));
-        let position = Position::new(&sequence_number, None).map_err(|e| bad(e.to_string()))?;
+        let position = Position::new(&sequence_number, 0).map_err(|e| bad(e.to_string()))?;
         if let Some(previous) = &last {
             if position <= *previous {
                 return Err(bad(format!(
@@ -67,21 +68,23 @@ pub fn read_records(input: impl BufRead) -> Result<Vec<KinesisRecord>, InputErro
             }
         }
         last = Some(position);
-        let approximate_arrival_timestamp_ms = match input.arrival {
+        let arrival_timestamp_ms = match input.arrival {
             Some(text) => DateTime::from_str(&text, Format::DateTime)
                 .ok()
                 .and_then(|t| u64::try_from(t.to_millis().ok()?).ok())
                 .ok_or_else(|| bad(format!("`arrival` {text:?} is not an RFC 3339 time like 2026-01-31T12:00:00Z")))?,
             None => now_ms,
         };
-        records.push(KinesisRecord {
-            data,
-            partition_key: input.partition_key.unwrap_or_else(|| format!("key-{line_no}")),
-            sequence_number,
+        let partition_key = input.partition_key.unwrap_or_else(|| format!("key-{line_no}"));
+        let record = Record {
+            data: &data,
+            partition_key: &partition_key,
+            sequence_number: &sequence_number,
             sub_sequence_number: None,
-            approximate_arrival_timestamp_ms,
+            arrival_timestamp_ms,
             explicit_hash_key: None,
-        });
+        };
+        kpl::push(&mut records, record, None);
     }
     Ok(records)
 }
@@ -127,7 +130,7 @@ impl CheckpointSink for PrintingSink {
 pub async fn replay(
     processor: &Processor,
     shard: ShardInfo,
-    records: Vec<KinesisRecord>,
+    records: Batch,
     batch_size: usize,
 ) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
@@ -146,13 +149,11 @@ pub async fn replay(
         return Err(fail("initialize".into(), e, report));
     }
     let total = records.len();
-    let mut records = records.into_iter().peekable();
-    while records.peek().is_some() {
-        let batch_records: Vec<_> = records.by_ref().take(batch_size.max(1)).collect();
-        let count = batch_records.len();
-        let behind = behind_latest_ms(&batch_records, total - report.records - count);
-        let batch = Batch { records: batch_records, millis_behind_latest: behind };
-        if let Err(e) = instance.process_records(&batch).await {
+    while report.records < total {
+        let mut batch: Batch = records.iter().skip(report.records).take(batch_size.max(1)).collect();
+        let count = batch.len();
+        batch.millis_behind_latest = behind_latest_ms(&batch, total - report.records - count);
+        if let Err(e) = instance.process_records(&mut batch).await {
             report.checkpoints = sink.0.lock().expect("not poisoned").clone();
             let call = format!("process-records (batch {}, records {}..={})", report.batches + 1, report.records + 1, report.records + count);
             return Err(fail(call, e, report));
@@ -171,12 +172,12 @@ pub async fn replay(
 
 /// 0 for the last batch; otherwise the gap between this batch's last record
 /// and the input's newest, as Kinesis would report it.
-fn behind_latest_ms(batch: &[KinesisRecord], records_after: usize) -> u64 {
+fn behind_latest_ms(batch: &Batch, records_after: usize) -> u64 {
     if records_after == 0 {
         return 0;
     }
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
-    batch.last().map_or(0, |r| now.saturating_sub(r.approximate_arrival_timestamp_ms))
+    batch.arrival_timestamps_ms.last().map_or(0, |arrival| now.saturating_sub(*arrival))
 }
 
 #[cfg(test)]
@@ -191,11 +192,12 @@ mod tests {
             r#"{"data_base64": "AAEC"}"#, "\n",
         );
         let records = read_records(input.as_bytes()).unwrap();
+        let records: Vec<_> = records.iter().collect();
         assert_eq!(records.len(), 2);
         assert_eq!(records[0].data, b"hello");
         assert_eq!(records[0].partition_key, "p");
-        assert_eq!(records[0].approximate_arrival_timestamp_ms, 1_769_860_800_000);
-        assert_eq!(records[1].data, vec![0, 1, 2]);
+        assert_eq!(records[0].arrival_timestamp_ms, 1_769_860_800_000);
+        assert_eq!(records[1].data, [0, 1, 2]);
         assert_eq!(records[1].partition_key, "key-3");
         assert_eq!(records[1].sequence_number.len(), 56);
     }

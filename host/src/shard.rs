@@ -231,7 +231,7 @@ mod tests {
     fn cleanup_waits_until_every_child_has_started() {
         let mut parent = Lease::new("s0", Checkpoint::ShardEnd, BTreeSet::new());
         parent.children = BTreeSet::from(["s1".to_owned(), "s2".to_owned()]);
-        let started = Checkpoint::At(crate::runtime::sequence::Position::new("9", None).unwrap());
+        let started = Checkpoint::At(crate::records::Position::new("9", 0).unwrap());
         let s1 = Lease::new("s1", started.clone(), BTreeSet::from(["s0".to_owned()]));
         let mut s2 = Lease::new("s2", Checkpoint::TrimHorizon, BTreeSet::from(["s0".to_owned()]));
         assert!(plan_cleanup(&[parent.clone(), s1.clone(), s2.clone()]).is_empty());

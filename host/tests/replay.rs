@@ -7,11 +7,14 @@ use std::process::Command;
 use support::guest;
 
 fn replay(processor: &str, args: &[&str]) -> (i32, String, String) {
-    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/records.jsonl");
+    replay_file(processor, concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/records.jsonl"), args)
+}
+
+fn replay_file(processor: &str, input: &str, args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_kcl-host"))
         .arg("replay")
         .arg(guest(processor))
-        .args(["--input", sample, "--cache-dir"]).arg(support::test_cache_dir())
+        .args(["--input", input, "--cache-dir"]).arg(support::test_cache_dir())
         .args(args)
         .env("NO_COLOR", "1")
         .output()
@@ -30,6 +33,28 @@ fn every_example_replays_the_sample() {
         assert_eq!(code, 0, "{example}:\n{stdout}\n{stderr}");
         assert!(stdout.contains("replayed 5 records in 3 batches"), "{example}: {stdout}");
     }
+}
+
+#[test]
+fn a_component_built_for_wit_0_1_still_replays() {
+    let (code, stdout, stderr) = replay("legacy-v0.1", &["--batch-size", "2"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("replayed 5 records in 3 batches") && stdout.contains("; 3 checkpoints"), "{stdout}");
+}
+
+#[test]
+fn a_kpl_aggregate_replays_as_its_user_records() {
+    use base64::Engine as _;
+    let users = ["one", "two", "three"];
+    let aggregate = kcl_host::records::kpl::encode(users.iter().map(|u| ("k", None, u.as_bytes())));
+    let line = serde_json::json!({ "data_base64": base64::engine::general_purpose::STANDARD.encode(&aggregate), "sequence_number": "7" });
+    let input = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(input.path(), format!("{line}\n{}\n", serde_json::json!({ "data": "plain", "sequence_number": "8" }))).unwrap();
+    let (code, stdout, stderr) = replay_file("counter", input.path().to_str().unwrap(), &[]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let records: Vec<&str> = stderr.lines().filter_map(|l| l.split_once("kcl_host::guest: record ")).map(|(_, r)| r).collect();
+    assert_eq!(records.len(), 4, "{stderr}");
+    assert!(records[0].starts_with("7 k one") && records[2].starts_with("7 k three") && records[3].starts_with("8 "), "{records:?}");
 }
 
 #[test]

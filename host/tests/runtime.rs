@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kcl_host::runtime::bindings::ShutdownReason;
-use kcl_host::runtime::sequence::Position;
+use kcl_host::records::Position;
 use kcl_host::runtime::{CallError, CheckpointFuture, CheckpointSink, LoadError, Processor, RuntimeConfig};
 use support::{batch, guest, load, runtime, shard, Logs};
 
@@ -71,7 +71,7 @@ async fn a_component_without_the_export_lists_what_it_has() {
     )
     .unwrap();
     let msg = message(load_bytes(&component).await);
-    assert!(msg.contains("does not export `kcl:processor/record-processor@0.1.0`"), "{msg}");
+    assert!(msg.contains("does not export `kcl:processor/record-processor@0.2.0` (nor the older"), "{msg}");
     assert!(msg.contains("`run`") && msg.contains("SDK"), "{msg}");
 }
 
@@ -87,11 +87,11 @@ async fn wrong_signatures_fail_at_load_not_on_the_first_shard() {
                (export "initialize" (func $f))
                (export "process-records" (func $f))
                (export "shutdown" (func $f)))
-             (export "kcl:processor/record-processor@0.1.0" (instance $rp)))"#,
+             (export "kcl:processor/record-processor@0.2.0" (instance $rp)))"#,
     )
     .unwrap();
     let msg = message(load_bytes(&component).await);
-    assert!(msg.contains("does not fit the kcl:processor@0.1.0 world"), "{msg}");
+    assert!(msg.contains("does not fit the kcl:processor@0.2.0 world"), "{msg}");
     assert!(msg.contains("has initialize(), process-records(), shutdown()"), "shows what it has: {msg}");
 }
 
@@ -122,12 +122,12 @@ async fn a_trap_stops_only_its_own_instance() {
     bad.initialize(&shard("shard-a")).await.unwrap();
     good.initialize(&shard("shard-b")).await.unwrap();
 
-    let err = bad.process_records(&batch(1, &["ok", "panic"])).await.unwrap_err();
+    let err = bad.process_records(&mut batch(1, &["ok", "panic"])).await.unwrap_err();
     assert!(matches!(&err, CallError::Trap(m) if m.contains("unreachable")), "{err:?}");
     assert!(!err.instance_survives());
-    assert!(matches!(bad.process_records(&batch(3, &["ok"])).await, Err(CallError::Trap(_))));
+    assert!(matches!(bad.process_records(&mut batch(3, &["ok"])).await, Err(CallError::Trap(_))));
 
-    good.process_records(&batch(1, &["ok"])).await.unwrap();
+    good.process_records(&mut batch(1, &["ok"])).await.unwrap();
     good.shutdown(ShutdownReason::ShardEnd).await.unwrap();
 }
 
@@ -137,7 +137,7 @@ async fn an_endless_loop_hits_the_deadline() {
     let processor = Processor::load(&runtime(config), &guest("faulty")).await.unwrap();
     let mut instance = processor.instantiate("s", Box::new(Recorded::default()), None).await.unwrap();
     instance.initialize(&shard("s")).await.unwrap();
-    let err = instance.process_records(&batch(1, &["spin"])).await.unwrap_err();
+    let err = instance.process_records(&mut batch(1, &["spin"])).await.unwrap_err();
     assert_eq!(err, CallError::DeadlineExceeded(Duration::from_millis(200)));
 }
 
@@ -154,7 +154,7 @@ async fn spinning_guests_leave_the_async_runtime_free() {
             let id = format!("s{i}");
             let mut instance = processor.instantiate(&id, Box::new(Recorded::default()), None).await.unwrap();
             instance.initialize(&shard(&id)).await.unwrap();
-            instance.process_records(&batch(1, &["spin"])).await.unwrap_err()
+            instance.process_records(&mut batch(1, &["spin"])).await.unwrap_err()
         });
     }
     // A renewal-like task ticking every 50 ms while all four guests spin.
@@ -186,7 +186,7 @@ async fn a_withdrawn_call_stops_long_before_its_deadline() {
     let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = gone.clone();
     instance.withdraw_when(Arc::new(move || flag.load(std::sync::atomic::Ordering::SeqCst)));
-    let call = tokio::spawn(async move { instance.process_records(&batch(1, &["spin"])).await });
+    let call = tokio::spawn(async move { instance.process_records(&mut batch(1, &["spin"])).await });
     tokio::time::sleep(Duration::from_millis(100)).await; // the guest spins meanwhile
     gone.store(true, std::sync::atomic::Ordering::SeqCst);
     let result = tokio::time::timeout(Duration::from_secs(10), call).await.expect("stopped, not run to its 30 s deadline");
@@ -199,7 +199,7 @@ async fn unbounded_allocation_hits_the_memory_cap() {
     let processor = Processor::load(&runtime(config), &guest("faulty")).await.unwrap();
     let mut instance = processor.instantiate("s", Box::new(Recorded::default()), None).await.unwrap();
     instance.initialize(&shard("s")).await.unwrap();
-    let err = instance.process_records(&batch(1, &["hog"])).await.unwrap_err();
+    let err = instance.process_records(&mut batch(1, &["hog"])).await.unwrap_err();
     assert_eq!(err, CallError::MemoryLimit(32 << 20));
 }
 
@@ -208,12 +208,12 @@ async fn guest_errors_are_typed_and_leave_the_instance_usable() {
     let processor = load("faulty").await;
     let mut instance = processor.instantiate("s", Box::new(Recorded::default()), None).await.unwrap();
     instance.initialize(&shard("s")).await.unwrap();
-    let again = batch(1, &["retry"]);
-    let err = instance.process_records(&again).await.unwrap_err();
+    let mut again = batch(1, &["retry"]);
+    let err = instance.process_records(&mut again).await.unwrap_err();
     assert!(matches!(&err, CallError::Retryable(m) if m.contains("try 1 again")), "{err:?}");
     assert!(err.instance_survives());
-    instance.process_records(&again).await.unwrap();
-    let err = instance.process_records(&batch(2, &["fatal"])).await.unwrap_err();
+    instance.process_records(&mut again).await.unwrap();
+    let err = instance.process_records(&mut batch(2, &["fatal"])).await.unwrap_err();
     assert_eq!(err, CallError::Fatal("asked to fail".into()));
 }
 
@@ -223,7 +223,7 @@ async fn the_sandbox_has_no_environment_and_no_files() {
     let processor = load("faulty").await;
     let mut instance = processor.instantiate("shard-7", Box::new(Recorded::default()), None).await.unwrap();
     instance.initialize(&shard("shard-7")).await.unwrap();
-    instance.process_records(&batch(1, &["env", "file"])).await.unwrap();
+    instance.process_records(&mut batch(1, &["env", "file"])).await.unwrap();
     let text = logs.text();
     assert!(text.contains("env vars: 0"), "{text}");
     assert!(text.contains("read /etc/hostname: Err("), "{text}");
@@ -237,7 +237,7 @@ async fn checkpoints_must_name_delivered_records() {
     let processor = load("faulty").await;
     let mut instance = processor.instantiate("s", Box::new(sink.clone()), None).await.unwrap();
     instance.initialize(&shard("s")).await.unwrap();
-    instance.process_records(&batch(10, &["a", "checkpoint:10", "checkpoint:99", "checkpoint:x"])).await.unwrap();
+    instance.process_records(&mut batch(10, &["a", "checkpoint:10", "checkpoint:99", "checkpoint:x"])).await.unwrap();
     let text = logs.text();
     assert!(text.contains("checkpoint 10: Ok(())"), "{text}");
     assert!(text.contains("checkpoint 99: Err(InvalidSequenceNumber(\"99 has not been delivered yet"), "{text}");
@@ -254,7 +254,7 @@ async fn stdout_reaches_the_log_tagged_with_the_shard() {
     let mut instance = processor.instantiate("shard-9", Box::new(Recorded::default()), None).await.unwrap();
     instance.initialize(&shard("shard-9")).await.unwrap();
     // A panic message goes to stderr before the trap.
-    let _ = instance.process_records(&batch(1, &["panic"])).await;
+    let _ = instance.process_records(&mut batch(1, &["panic"])).await;
     let text = logs.text();
     let line = text.lines().find(|l| l.contains("asked to panic")).unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("WARN") && line.contains("shard=\"shard-9\""), "{line}");

@@ -49,17 +49,27 @@ impl Checkpointer {
         Self { _private: () }
     }
 
-    /// Checkpoints the last record delivered so far.
+    /// Checkpoints the last record delivered so far (in `shutdown`: the last
+    /// record of the last batch that returned `Ok`).
     pub fn checkpoint(&self) -> Result<(), CheckpointError> {
         wit::checkpoint().map_err(Into::into)
     }
 
     /// Checkpoints at `record`, which must already have been delivered.
-    pub fn checkpoint_at(&self, record: &Record) -> Result<(), CheckpointError> {
-        self.checkpoint_at_sequence(&record.sequence_number, record.sub_sequence_number)
+    pub fn checkpoint_at(&self, record: &Record<'_>) -> Result<(), CheckpointError> {
+        self.checkpoint_at_sequence(record.sequence_number, record.sub_sequence_number)
+    }
+
+    /// Checkpoints at record `index` of the batch being processed (the
+    /// cheapest form: nothing to parse on the host side).
+    pub fn checkpoint_at_index(&self, index: usize) -> Result<(), CheckpointError> {
+        let index = u32::try_from(index).map_err(|_| CheckpointError::InvalidSequenceNumber(format!("no record {index}")))?;
+        wit::checkpoint_at_index(index).map_err(Into::into)
     }
 
     /// Checkpoints at a sequence number already delivered on this shard.
+    /// Without a sub-sequence number, a KPL aggregate counts as done in full
+    /// when it is in the current batch.
     pub fn checkpoint_at_sequence(&self, sequence_number: &str, sub_sequence_number: Option<u64>) -> Result<(), CheckpointError> {
         wit::checkpoint_at(sequence_number, sub_sequence_number).map_err(Into::into)
     }

@@ -24,7 +24,7 @@
 //!     }
 //!
 //!     fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
-//!         self.seen += batch.records.len() as u64;
+//!         self.seen += batch.len() as u64;
 //!         // A refused checkpoint is worth retrying later, not worth failing the shard.
 //!         checkpointer.checkpoint().map_err(|e| ProcessorError::retryable(e.to_string()))
 //!     }
@@ -53,7 +53,7 @@ pub mod log;
 mod types;
 
 pub use checkpointer::{CheckpointError, Checkpointer};
-pub use types::{Batch, ProcessorError, Record, ShardInfo, ShutdownReason};
+pub use types::{Batch, ProcessorError, Record, Records, ShardInfo, ShutdownReason};
 
 /// Generated bindings for the `kcl:processor` world. Not a stable API: use
 /// the types at the crate root.

@@ -5,26 +5,106 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::bindings::kcl::processor::types as wit;
 
-/// One Kinesis record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
+/// One Kinesis record, borrowed from its [`Batch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record<'a> {
     /// The payload as the producer wrote it.
-    pub data: Vec<u8>,
-    pub partition_key: String,
-    pub sequence_number: String,
+    pub data: &'a [u8],
+    pub partition_key: &'a str,
+    pub sequence_number: &'a str,
     /// Set for a user record de-aggregated from a KPL aggregate record.
     pub sub_sequence_number: Option<u64>,
     /// When Kinesis accepted the record.
     pub approximate_arrival: SystemTime,
-    pub explicit_hash_key: Option<String>,
+    pub explicit_hash_key: Option<&'a str>,
 }
 
-/// Records in shard order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Records in shard order. The host hands them over as a few flat buffers;
+/// a [`Record`] is a view into them, so reading a batch allocates nothing.
+#[derive(Clone, Debug)]
 pub struct Batch {
-    pub records: Vec<Record>,
+    columns: wit::Batch,
+}
+
+/// `column[ends[i-1]..ends[i]]`.
+fn cut<'a, T: ?Sized + std::ops::Index<std::ops::Range<usize>, Output = T>>(column: &'a T, ends: &[u32], i: usize) -> &'a T {
+    let start = if i == 0 { 0 } else { ends[i - 1] as usize };
+    &column[start..ends[i] as usize]
+}
+
+impl Batch {
+    /// How many records.
+    pub fn len(&self) -> usize {
+        self.columns.data_ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// How far this batch is behind the tip of the shard.
-    pub millis_behind_latest: u64,
+    pub fn millis_behind_latest(&self) -> u64 {
+        self.columns.millis_behind_latest
+    }
+
+    /// Record `index`, if there is one.
+    pub fn get(&self, index: usize) -> Option<Record<'_>> {
+        let c = &self.columns;
+        let flags = wit::RecordFlags::from_bits_retain(*c.flags.get(index)?);
+        Some(Record {
+            data: cut(c.data.as_slice(), &c.data_ends, index),
+            partition_key: cut(c.partition_keys.as_str(), &c.partition_key_ends, index),
+            sequence_number: cut(c.sequence_numbers.as_str(), &c.sequence_number_ends, index),
+            sub_sequence_number: flags.contains(wit::RecordFlags::AGGREGATED).then(|| c.sub_sequence_numbers[index]),
+            approximate_arrival: UNIX_EPOCH + Duration::from_millis(c.arrival_timestamps_ms[index]),
+            explicit_hash_key: flags
+                .contains(wit::RecordFlags::EXPLICIT_HASH_KEY)
+                .then(|| cut(c.explicit_hash_keys.as_str(), &c.explicit_hash_key_ends, index)),
+        })
+    }
+
+    /// The records in order.
+    pub fn iter(&self) -> Records<'_> {
+        Records { batch: self, next: 0 }
+    }
+
+    /// The last record, if any.
+    pub fn last(&self) -> Option<Record<'_>> {
+        self.get(self.len().checked_sub(1)?)
+    }
+}
+
+/// The records of a [`Batch`], in order.
+#[derive(Clone, Debug)]
+pub struct Records<'a> {
+    batch: &'a Batch,
+    next: usize,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Record<'a>;
+
+    fn next(&mut self) -> Option<Record<'a>> {
+        let record = self.batch.get(self.next)?;
+        self.next += 1;
+        Some(record)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.batch.len() - self.next;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Records<'_> {}
+
+impl<'a> IntoIterator for &'a Batch {
+    type Item = Record<'a>;
+    type IntoIter = Records<'a>;
+
+    fn into_iter(self) -> Records<'a> {
+        self.iter()
+    }
 }
 
 /// The shard a processor serves and where delivery starts.
@@ -88,25 +168,9 @@ impl<E: std::error::Error> From<E> for ProcessorError {
     }
 }
 
-impl From<wit::KinesisRecord> for Record {
-    fn from(r: wit::KinesisRecord) -> Self {
-        Self {
-            data: r.data,
-            partition_key: r.partition_key,
-            sequence_number: r.sequence_number,
-            sub_sequence_number: r.sub_sequence_number,
-            approximate_arrival: UNIX_EPOCH + Duration::from_millis(r.approximate_arrival_timestamp_ms),
-            explicit_hash_key: r.explicit_hash_key,
-        }
-    }
-}
-
 impl From<wit::Batch> for Batch {
-    fn from(b: wit::Batch) -> Self {
-        Self {
-            records: b.records.into_iter().map(Record::from).collect(),
-            millis_behind_latest: b.millis_behind_latest,
-        }
+    fn from(columns: wit::Batch) -> Self {
+        Self { columns }
     }
 }
 

@@ -457,7 +457,7 @@ mod tests {
         store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let held = a.take_pass().await.unwrap().taken.pop().unwrap();
-        let position = crate::runtime::sequence::Position::new("5", None).unwrap();
+        let position = crate::records::Position::new("5", 0).unwrap();
         held.checkpoint(Checkpoint::At(position.clone()), &BTreeSet::new()).await.unwrap();
 
         // Another worker takes it (as a steal or after expiry would).
@@ -505,7 +505,7 @@ mod tests {
         let store = Arc::new(MemoryStore::default());
         store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
-        a.take_pass().await.unwrap().taken;
+        a.take_pass().await.unwrap();
         let renewer = a.renewer(Duration::ZERO);
         store.hold_scans();
         let pass = tokio::spawn(async move { a.take_pass().await.map(|pass| pass.taken.len()) });
@@ -547,7 +547,7 @@ mod tests {
         store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let held = a.take_pass().await.unwrap().taken.pop().unwrap();
-        let position = crate::runtime::sequence::Position::new("5", None).unwrap();
+        let position = crate::records::Position::new("5", 0).unwrap();
         held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await.unwrap();
         let after_checkpoint = store.get("s0").unwrap().counter;
         assert!(a.renewer(Duration::from_secs(3)).renew_all().await.is_empty());

@@ -298,7 +298,7 @@ impl LeaseStore for DynamoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::sequence::Position;
+    use crate::records::Position;
 
     #[test]
     fn a_java_kcl_row_round_trips() {
@@ -318,7 +318,7 @@ mod tests {
         assert_eq!(lease.counter, 41);
         assert_eq!(
             lease.checkpoint,
-            Checkpoint::At(Position::new("49590338271490256608559692538361571095921575989136588898", None).unwrap())
+            Checkpoint::At(Position::new("49590338271490256608559692538361571095921575989136588898", 0).unwrap())
         );
         assert_eq!(lease.parents, BTreeSet::from(["shardId-000000000000".to_owned()]));
         assert_eq!(to_item(&lease), item);

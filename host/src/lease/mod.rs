@@ -20,7 +20,7 @@ use std::fmt;
 use std::future::Future;
 
 use crate::aws::AwsError;
-use crate::runtime::sequence::Position;
+use crate::records::Position;
 
 /// Where a shard's processing stands, as the `checkpoint` column holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,15 +40,17 @@ pub enum Checkpoint {
 impl Checkpoint {
     pub const SHARD_END: &'static str = "SHARD_END";
 
-    /// Parses the `checkpoint` and `checkpointSubSequenceNumber` columns.
-    /// A sub-sequence number of 0 is how the Java KCL writes "no sub-sequence".
+    /// Parses the `checkpoint` and `checkpointSubSequenceNumber` columns, in
+    /// the Java KCL's sense: `(s, n)` is done up to and including user record
+    /// `n` of record `s` (0 for a record that is not aggregated, and also for
+    /// the first user record of an aggregate: the rest of it is not done).
     pub fn parse(text: &str, sub_sequence: u64) -> Option<Self> {
         Some(match text {
             "TRIM_HORIZON" => Self::TrimHorizon,
             "LATEST" => Self::Latest,
             "AT_TIMESTAMP" => Self::AtTimestamp,
             Self::SHARD_END => Self::ShardEnd,
-            seq => Self::At(Position::new(seq, (sub_sequence > 0).then_some(sub_sequence)).ok()?),
+            seq => Self::At(Position::new(seq, sub_sequence).ok()?),
         })
     }
 
@@ -66,7 +68,7 @@ impl Checkpoint {
     /// The `checkpointSubSequenceNumber` column.
     pub fn sub_sequence_column(&self) -> u64 {
         match self {
-            Self::At(position) => position.sub_sequence_number().unwrap_or(0),
+            Self::At(position) => position.sub_sequence_number(),
             _ => 0,
         }
     }

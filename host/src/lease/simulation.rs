@@ -12,6 +12,7 @@
 //! - no shard is delivered by two workers at once (valid and past
 //!   `deliver_after` on both);
 //! - no lease is taken while a parent is unfinished, none at `SHARD_END`.
+//!
 //! Checked after a quiet period: every ready shard is held by a live worker
 //! *that runs a consumer for it* (a lease is never held and idle), and once
 //! balanced no lease changes hands.

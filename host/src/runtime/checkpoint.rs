@@ -8,8 +8,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::bindings::{Batch, CheckpointError};
-use super::sequence::Position;
+use super::bindings::CheckpointError;
+use crate::records::{Batch, Position};
 
 /// The future a [`CheckpointSink`] returns.
 pub type CheckpointFuture<'a> =
@@ -21,19 +21,66 @@ pub trait CheckpointSink: Send {
     fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_>;
 }
 
+/// The positions of one delivered batch: its sequence-number column (with
+/// end offsets) and sub-sequence numbers, copied from the batch.
+struct Delivered {
+    batch: Batch,
+}
+
+impl Delivered {
+    fn of(batch: &Batch) -> Option<Self> {
+        // Only the position columns: the data is not needed to name a record.
+        let positions = Batch {
+            sequence_numbers: batch.sequence_numbers.clone(),
+            sequence_number_ends: batch.sequence_number_ends.clone(),
+            sub_sequence_numbers: batch.sub_sequence_numbers.clone(),
+            flags: batch.flags.clone(),
+            ..Batch::default()
+        };
+        (!batch.is_empty()).then_some(Self { batch: positions })
+    }
+
+    /// Record `index`'s position. Sequence numbers come from Kinesis (or
+    /// replay, which validates its input), so one that does not parse
+    /// cannot be checkpointed.
+    fn position(&self, index: usize) -> Option<Position> {
+        let seq = self.sequence_number(index)?;
+        let sub = if self.batch.flags[index] & crate::records::AGGREGATED != 0 { self.batch.sub_sequence_numbers[index] } else { 0 };
+        Position::new(seq, sub).ok()
+    }
+
+    fn sequence_number(&self, index: usize) -> Option<&str> {
+        let ends = &self.batch.sequence_number_ends;
+        let end = *ends.get(index)? as usize;
+        let start = if index == 0 { 0 } else { ends[index - 1] as usize };
+        Some(&self.batch.sequence_numbers[start..end])
+    }
+
+    fn last(&self) -> Option<Position> {
+        self.position(self.batch.sequence_number_ends.len().checked_sub(1)?)
+    }
+
+    /// The last user record of record `sequence_number` in this batch.
+    fn last_of(&self, sequence_number: &str) -> Option<Position> {
+        let count = self.batch.sequence_number_ends.len();
+        (0..count).rev().find(|&i| self.sequence_number(i) == Some(sequence_number)).and_then(|i| self.position(i))
+    }
+}
+
 /// A shard's checkpoint state inside one instance's store.
 ///
 /// `checkpoint()` names the last record of the batch being processed while
 /// a `process-records` call runs, and the last record of the last batch that
 /// returned ok outside one: a batch that failed (or is waiting for a retry)
-/// is never checkpointed by a later `shutdown`.
+/// is never checkpointed by a later `shutdown`. Record indexes refer to
+/// that same batch.
 pub(crate) struct Checkpoints {
     sink: Box<dyn CheckpointSink>,
     last_checkpoint: Option<Position>,
-    /// The last record of the batch in the current `process-records` call.
-    in_call: Option<Position>,
-    /// The last record of the last batch the processor returned ok for.
-    acknowledged: Option<Position>,
+    /// The batch of the current `process-records` call.
+    in_call: Option<Delivered>,
+    /// The last batch the processor returned ok for.
+    acknowledged: Option<Delivered>,
     lease_lost: bool,
 }
 
@@ -48,23 +95,21 @@ impl Checkpoints {
         }
     }
 
-    /// Notes the last record of a batch about to be delivered.
+    /// Notes a batch about to be delivered.
     pub(crate) fn delivering(&mut self, batch: &Batch) {
-        // Sequence numbers come from Kinesis (or replay, which validates
-        // its input), so one that does not parse cannot be checkpointed.
-        self.in_call = batch.records.last().and_then(|last| Position::new(&last.sequence_number, last.sub_sequence_number).ok());
+        self.in_call = Delivered::of(batch);
     }
 
     /// The `process-records` call ended: `ok` says whether its batch is processed.
     pub(crate) fn delivered(&mut self, ok: bool) {
-        let batch_last = self.in_call.take();
-        if ok && batch_last.is_some() {
-            self.acknowledged = batch_last;
+        let batch = self.in_call.take();
+        if ok && batch.is_some() {
+            self.acknowledged = batch;
         }
     }
 
-    /// The furthest record a checkpoint may name now.
-    fn limit(&self) -> Option<&Position> {
+    /// The batch a checkpoint may reach into now.
+    fn limit(&self) -> Option<&Delivered> {
         self.in_call.as_ref().or(self.acknowledged.as_ref())
     }
 
@@ -76,20 +121,50 @@ impl Checkpoints {
     /// `checkpoint()`: the last record of the current batch, or outside a
     /// call the last record processed.
     pub(crate) async fn checkpoint_last(&mut self) -> Result<(), CheckpointError> {
-        match self.limit().cloned() {
+        match self.limit().and_then(Delivered::last) {
             Some(position) => self.checkpoint_at(position).await,
             None if self.lease_lost => Err(CheckpointError::LeaseLost),
             None => Ok(()), // nothing delivered yet: nothing new to record
         }
     }
 
-    /// `checkpoint-at(seq, sub)`: a record already delivered.
+    /// `checkpoint-at-index(i)`: record `i` of the current batch (outside a
+    /// call, of the last batch that returned ok).
+    pub(crate) async fn checkpoint_at_index(&mut self, index: u32) -> Result<(), CheckpointError> {
+        match self.limit().and_then(|batch| batch.position(index as usize)) {
+            Some(position) => self.checkpoint_at(position).await,
+            None => Err(CheckpointError::InvalidSequenceNumber(format!(
+                "there is no record {index} in the batch (it has {} records)",
+                self.limit().map_or(0, |b| b.batch.sequence_number_ends.len())
+            ))),
+        }
+    }
+
+    /// `checkpoint-at(seq, sub)`. Without a sub-sequence number, the whole
+    /// record when it is in the current batch (its last user record), else
+    /// its first: a restart may deliver the rest of an aggregate again, but
+    /// never skips any of it.
+    pub(crate) async fn checkpoint_at_sequence(&mut self, sequence_number: &str, sub: Option<u64>) -> Result<(), CheckpointError> {
+        let position = match sub {
+            Some(sub) => Position::new(sequence_number, sub),
+            None => match self.limit().and_then(|batch| batch.last_of(sequence_number)) {
+                Some(position) => Ok(position),
+                None => Position::new(sequence_number, 0),
+            },
+        };
+        match position {
+            Ok(position) => self.checkpoint_at(position).await,
+            Err(e) => Err(CheckpointError::InvalidSequenceNumber(e.to_string())),
+        }
+    }
+
+    /// A checkpoint at a record already delivered.
     pub(crate) async fn checkpoint_at(&mut self, position: Position) -> Result<(), CheckpointError> {
         if self.lease_lost {
             return Err(CheckpointError::LeaseLost);
         }
-        match self.limit() {
-            Some(last) if position <= *last => {}
+        match self.limit().and_then(Delivered::last) {
+            Some(last) if position <= last => {}
             Some(last) => {
                 return Err(CheckpointError::InvalidSequenceNumber(format!(
                     "{position} has not been delivered yet, or its batch failed (the furthest record that can be checkpointed now is {last})"
@@ -120,7 +195,7 @@ impl Checkpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::bindings::KinesisRecord;
+    use crate::records::Record;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -133,25 +208,16 @@ mod tests {
         }
     }
 
+    fn record(seq: &str, sub: Option<u64>) -> Record<'_> {
+        Record { data: b"", partition_key: "k", sequence_number: seq, sub_sequence_number: sub, arrival_timestamp_ms: 0, explicit_hash_key: None }
+    }
+
     fn batch(seqs: &[&str]) -> Batch {
-        Batch {
-            records: seqs
-                .iter()
-                .map(|s| KinesisRecord {
-                    data: vec![],
-                    partition_key: "k".into(),
-                    sequence_number: (*s).into(),
-                    sub_sequence_number: None,
-                    approximate_arrival_timestamp_ms: 0,
-                    explicit_hash_key: None,
-                })
-                .collect(),
-            millis_behind_latest: 0,
-        }
+        seqs.iter().map(|s| record(s, None)).collect()
     }
 
     fn pos(s: &str) -> Position {
-        Position::new(s, None).unwrap()
+        Position::new(s, 0).unwrap()
     }
 
     #[tokio::test]
@@ -216,5 +282,20 @@ mod tests {
         cp.lease_lost();
         assert!(matches!(cp.checkpoint_last().await, Err(CheckpointError::LeaseLost)));
         assert!(sink.0.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_index_names_a_record_of_the_batch_and_a_whole_aggregate_is_its_last_user_record() {
+        let sink = Recorded::default();
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), None);
+        let aggregate: Batch = [record("5", None), record("7", Some(0)), record("7", Some(1)), record("9", None)].into_iter().collect();
+        cp.delivering(&aggregate);
+        cp.checkpoint_at_index(1).await.unwrap();
+        cp.checkpoint_at_sequence("7", None).await.unwrap();
+        assert!(matches!(cp.checkpoint_at_index(4).await, Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains("no record 4")));
+        cp.delivered(true);
+        // Outside the call, indexes name the batch that returned ok.
+        cp.checkpoint_at_index(3).await.unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), vec!["7", "7/1", "9"]);
     }
 }

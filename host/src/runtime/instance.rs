@@ -8,13 +8,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{
-    self, Batch, CheckpointError, LogLevel, ProcessorError, ShardInfo, ShutdownReason,
-};
+use super::bindings::{v0_1, v0_2, CheckpointError, LogLevel, ProcessorError, ShardInfo, ShutdownReason};
 use super::checkpoint::{CheckpointFuture, CheckpointSink, Checkpoints};
 use super::guest_log::{self, GuestOutput};
-use super::sequence::Position;
+use super::processor::Pre;
 use super::Processor;
+use crate::records::{Batch, Position};
 
 /// Why a call into a processor failed. Only the shard it serves is affected.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -91,7 +90,8 @@ impl WasiView for ShardState {
     }
 }
 
-impl bindings::kcl::processor::types::Host for ShardState {}
+impl v0_2::kcl::processor::types::Host for ShardState {}
+impl v0_1::kcl::processor::types::Host for ShardState {}
 
 impl ShardState {
     /// At every epoch tick and host call: stops a call that was withdrawn,
@@ -106,27 +106,68 @@ impl ShardState {
     }
 }
 
-impl bindings::kcl::processor::checkpointer::Host for ShardState {
+impl v0_2::kcl::processor::checkpointer::Host for ShardState {
     async fn checkpoint(&mut self) -> wasmtime::Result<Result<(), CheckpointError>> {
         self.check_withdrawn()?;
         Ok(self.checkpoints.checkpoint_last().await)
     }
 
+    async fn checkpoint_at_index(&mut self, index: u32) -> wasmtime::Result<Result<(), CheckpointError>> {
+        self.check_withdrawn()?;
+        Ok(self.checkpoints.checkpoint_at_index(index).await)
+    }
+
     async fn checkpoint_at(&mut self, sequence_number: String, sub_sequence_number: Option<u64>) -> wasmtime::Result<Result<(), CheckpointError>> {
         self.check_withdrawn()?;
-        let position = match Position::new(&sequence_number, sub_sequence_number) {
-            Ok(position) => position,
-            Err(e) => return Ok(Err(CheckpointError::InvalidSequenceNumber(e.to_string()))),
-        };
-        Ok(self.checkpoints.checkpoint_at(position).await)
+        Ok(self.checkpoints.checkpoint_at_sequence(&sequence_number, sub_sequence_number).await)
     }
 }
 
-impl bindings::kcl::processor::log::Host for ShardState {
+impl v0_2::kcl::processor::log::Host for ShardState {
     async fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {
         self.check_withdrawn()?;
         guest_log::emit(&self.shard, level, &message);
         Ok(())
+    }
+}
+
+/// The 0.1 imports: the same calls, in 0.1's types.
+mod v0_1_imports {
+    use super::*;
+    use v0_1::kcl::processor::types::CheckpointError as V1Error;
+
+    fn v1(result: Result<(), CheckpointError>) -> Result<(), V1Error> {
+        result.map_err(|e| match e {
+            CheckpointError::LeaseLost => V1Error::LeaseLost,
+            CheckpointError::InvalidSequenceNumber(m) => V1Error::InvalidSequenceNumber(m),
+            CheckpointError::Unavailable(m) => V1Error::Unavailable(m),
+        })
+    }
+
+    impl v0_1::kcl::processor::checkpointer::Host for ShardState {
+        async fn checkpoint(&mut self) -> wasmtime::Result<Result<(), V1Error>> {
+            self.check_withdrawn()?;
+            Ok(v1(self.checkpoints.checkpoint_last().await))
+        }
+
+        async fn checkpoint_at(&mut self, sequence_number: String, sub: Option<u64>) -> wasmtime::Result<Result<(), V1Error>> {
+            self.check_withdrawn()?;
+            Ok(v1(self.checkpoints.checkpoint_at_sequence(&sequence_number, sub).await))
+        }
+    }
+
+    impl v0_1::kcl::processor::log::Host for ShardState {
+        async fn log(&mut self, level: v0_1::kcl::processor::log::Level, message: String) -> wasmtime::Result<()> {
+            use v0_1::kcl::processor::log::Level;
+            let level = match level {
+                Level::Trace => LogLevel::Trace,
+                Level::Debug => LogLevel::Debug,
+                Level::Info => LogLevel::Info,
+                Level::Warn => LogLevel::Warn,
+                Level::Error => LogLevel::Error,
+            };
+            v0_2::kcl::processor::log::Host::log(self, level, message).await
+        }
     }
 }
 
@@ -142,7 +183,7 @@ impl CheckpointSink for NoCheckpoints {
 /// A processor instance bound to one shard.
 pub struct ShardInstance {
     store: Store<ShardState>,
-    processor: bindings::Processor,
+    processor: Exports,
     limits: Limits,
     /// Set once a call trapped: wasmtime forbids entering the instance again.
     poisoned: bool,
@@ -197,7 +238,11 @@ impl Processor {
         store.set_epoch_deadline(1);
 
         let limits = Limits { call_deadline: config.call_deadline, memory_limit: config.memory_limit };
-        match self.pre().instantiate_async(&mut store).await {
+        let processor = match self.pre() {
+            Pre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(Exports::V0_2),
+            Pre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(Exports::V0_1),
+        };
+        match processor {
             Ok(processor) => Ok(ShardInstance { store, processor, limits, poisoned: false }),
             Err(e) => Err(limits.classify(e, &store)),
         }
@@ -228,20 +273,49 @@ impl Limits {
     }
 }
 
+/// An instance's `record-processor`, by contract version.
+enum Exports {
+    V0_2(v0_2::Processor),
+    V0_1(v0_1::Processor),
+}
+
 impl ShardInstance {
     /// Calls `initialize` with where delivery starts.
     pub async fn initialize(&mut self, shard: &ShardInfo) -> Result<(), CallError> {
         self.begin_call()?;
-        let result = self.processor.kcl_processor_record_processor().call_initialize(&mut self.store, shard).await;
+        let result = match &self.processor {
+            Exports::V0_2(p) => p.kcl_processor_record_processor().call_initialize(&mut self.store, shard).await,
+            Exports::V0_1(p) => {
+                let shard = v0_1::kcl::processor::types::ShardInfo {
+                    stream_name: shard.stream_name.clone(),
+                    shard_id: shard.shard_id.clone(),
+                    starting_checkpoint: shard.starting_checkpoint.clone(),
+                    starting_sub_sequence_number: shard.starting_sub_sequence_number,
+                };
+                p.kcl_processor_record_processor().call_initialize(&mut self.store, &shard).await.map(v1_result)
+            }
+        };
         self.finish_call(result)
     }
 
-    /// Calls `process-records`. The batch is borrowed so it can be delivered
-    /// again after a retryable error.
-    pub async fn process_records(&mut self, batch: &Batch) -> Result<(), CallError> {
+    /// Calls `process-records`. The batch's columns are moved into the call
+    /// (no copy on the host side) and back, so it can be delivered again
+    /// after a retryable error.
+    pub async fn process_records(&mut self, batch: &mut Batch) -> Result<(), CallError> {
         self.begin_call()?;
         self.store.data_mut().checkpoints.delivering(batch);
-        let result = self.processor.kcl_processor_record_processor().call_process_records(&mut self.store, batch).await;
+        let result = match &self.processor {
+            Exports::V0_2(p) => {
+                let lowered = lower(batch);
+                let result = p.kcl_processor_record_processor().call_process_records(&mut self.store, &lowered).await;
+                restore(batch, lowered);
+                result
+            }
+            Exports::V0_1(p) => {
+                let lowered = lower_v0_1(batch);
+                p.kcl_processor_record_processor().call_process_records(&mut self.store, &lowered).await.map(v1_result)
+            }
+        };
         let result = self.finish_call(result);
         self.store.data_mut().checkpoints.delivered(result.is_ok());
         result
@@ -254,7 +328,18 @@ impl ShardInstance {
         if reason == ShutdownReason::LeaseLost {
             self.store.data_mut().checkpoints.lease_lost();
         }
-        let result = self.processor.kcl_processor_record_processor().call_shutdown(&mut self.store, reason).await;
+        let result = match &self.processor {
+            Exports::V0_2(p) => p.kcl_processor_record_processor().call_shutdown(&mut self.store, reason).await,
+            Exports::V0_1(p) => {
+                use v0_1::kcl::processor::types::ShutdownReason as V1;
+                let reason = match reason {
+                    ShutdownReason::ShardEnd => V1::ShardEnd,
+                    ShutdownReason::LeaseLost => V1::LeaseLost,
+                    ShutdownReason::Requested => V1::Requested,
+                };
+                p.kcl_processor_record_processor().call_shutdown(&mut self.store, reason).await.map(v1_result)
+            }
+        };
         self.finish_call(result)
     }
 
@@ -292,4 +377,61 @@ impl ShardInstance {
             }
         }
     }
+}
+
+/// A 0.1 call's result in 0.2's types.
+fn v1_result(result: Result<(), v0_1::kcl::processor::types::ProcessorError>) -> Result<(), ProcessorError> {
+    use v0_1::kcl::processor::types::ProcessorError as V1;
+    result.map_err(|e| match e {
+        V1::Retryable(m) => ProcessorError::Retryable(m),
+        V1::Fatal(m) => ProcessorError::Fatal(m),
+    })
+}
+
+/// Moves a batch's columns into the other batch type: the record path's
+/// `Batch` and the WIT 0.2 `batch` have the same fields.
+macro_rules! move_columns {
+    ($from:expr => $to:path) => {{
+        let from = $from;
+        $to {
+            data: from.data,
+            data_ends: from.data_ends,
+            partition_keys: from.partition_keys,
+            partition_key_ends: from.partition_key_ends,
+            sequence_numbers: from.sequence_numbers,
+            sequence_number_ends: from.sequence_number_ends,
+            arrival_timestamps_ms: from.arrival_timestamps_ms,
+            sub_sequence_numbers: from.sub_sequence_numbers,
+            explicit_hash_keys: from.explicit_hash_keys,
+            explicit_hash_key_ends: from.explicit_hash_key_ends,
+            flags: from.flags,
+            millis_behind_latest: from.millis_behind_latest,
+        }
+    }};
+}
+
+/// The batch as the 0.2 call takes it; [`restore`] puts it back.
+fn lower(batch: &mut Batch) -> v0_2::kcl::processor::types::Batch {
+    move_columns!(std::mem::take(batch) => v0_2::kcl::processor::types::Batch)
+}
+
+fn restore(batch: &mut Batch, lowered: v0_2::kcl::processor::types::Batch) {
+    *batch = move_columns!(lowered => Batch);
+}
+
+/// The batch as a 0.1 component takes it: a list of records.
+fn lower_v0_1(batch: &Batch) -> v0_1::kcl::processor::types::Batch {
+    use v0_1::kcl::processor::types::KinesisRecord;
+    let records = batch
+        .iter()
+        .map(|r| KinesisRecord {
+            data: r.data.to_vec(),
+            partition_key: r.partition_key.to_owned(),
+            sequence_number: r.sequence_number.to_owned(),
+            sub_sequence_number: r.sub_sequence_number,
+            approximate_arrival_timestamp_ms: r.arrival_timestamp_ms,
+            explicit_hash_key: r.explicit_hash_key.map(str::to_owned),
+        })
+        .collect();
+    v0_1::kcl::processor::types::Batch { records, millis_behind_latest: batch.millis_behind_latest }
 }

@@ -16,7 +16,6 @@ mod checkpoint;
 mod guest_log;
 mod instance;
 mod processor;
-pub mod sequence;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, HasSelf, Linker};
 
-use super::bindings::{self, ProcessorPre, RECORD_PROCESSOR_EXPORT};
+use super::bindings::{v0_1, v0_2, RECORD_PROCESSOR_EXPORTS};
 use super::instance::{NoCheckpoints, ShardState};
 use super::{cache, Runtime};
 
@@ -43,16 +43,17 @@ pub enum LoadError {
     MemoryLimitTooSmall { path: PathBuf, needed_mib: usize, limit_mib: usize },
 
     #[error(
-        "`{path}` does not export `{RECORD_PROCESSOR_EXPORT}` (its exports: {exports}); \
-         implement a processor with the kcl-guest SDK (Rust) or the Go SDK"
+        "`{path}` does not export `{}` (nor the older `{}`; its exports: {exports}); \
+         implement a processor with the kcl-guest SDK (Rust) or the Go SDK",
+        RECORD_PROCESSOR_EXPORTS[0].1, RECORD_PROCESSOR_EXPORTS[1].1
     )]
     MissingExport { path: PathBuf, exports: String },
 
     #[error(
-        "`{path}` does not fit the kcl:processor@0.1.0 world: {reason}; rebuild it \
+        "`{path}` does not fit the kcl:processor@{version} world: {reason}; rebuild it \
          against this kcl-host's WIT (wit/processor.wit)"
     )]
-    WrongWorld { path: PathBuf, reason: String },
+    WrongWorld { path: PathBuf, version: &'static str, reason: String },
 }
 
 /// A loaded processor component, ready to instantiate once per shard.
@@ -64,7 +65,13 @@ pub struct Processor {
 
 struct Inner {
     runtime: Runtime,
-    pre: ProcessorPre<ShardState>,
+    pre: Pre,
+}
+
+/// A component ready to instantiate, by the contract version it implements.
+pub(crate) enum Pre {
+    V0_2(v0_2::ProcessorPre<ShardState>),
+    V0_1(v0_1::ProcessorPre<ShardState>),
 }
 
 impl Processor {
@@ -90,12 +97,15 @@ impl Processor {
                 .expect("the compile task does not panic")
                 .map_err(|e| compile_error(&path, runtime, e))?
         };
-        check_exports(runtime, &path, &component)?;
+        let (version, export) = contract(runtime, &path, &component)?;
 
         let linker = linker(runtime).expect("the host's own imports link");
-        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld { path: path.clone(), reason: format!("{e:#}") };
+        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld { path: path.clone(), version, reason: format!("{e:#}") };
         let pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
-        let pre = ProcessorPre::new(pre).map_err(wrong_world)?;
+        let pre = match version {
+            "0.1.0" => Pre::V0_1(v0_1::ProcessorPre::new(pre).map_err(wrong_world)?),
+            _ => Pre::V0_2(v0_2::ProcessorPre::new(pre).map_err(wrong_world)?),
+        };
         let processor = Self { inner: Arc::new(Inner { runtime: runtime.clone(), pre }) };
 
         // Export signatures are only checked when an instance is made.
@@ -103,9 +113,9 @@ impl Processor {
             let reason = format!(
                 "{e}; its record-processor has {}, where kcl-host expects \
                  initialize(shard), process-records(batch), shutdown(reason)",
-                describe_functions(runtime, &component)
+                describe_functions(runtime, &component, export)
             );
-            return Err(LoadError::WrongWorld { path, reason });
+            return Err(LoadError::WrongWorld { path, version, reason });
         }
         Ok(processor)
     }
@@ -114,8 +124,16 @@ impl Processor {
         &self.inner.runtime
     }
 
-    pub(crate) fn pre(&self) -> &ProcessorPre<ShardState> {
+    pub(crate) fn pre(&self) -> &Pre {
         &self.inner.pre
+    }
+
+    /// The `kcl:processor` contract version the component implements.
+    pub fn contract_version(&self) -> &'static str {
+        match self.inner.pre {
+            Pre::V0_2(_) => "0.2.0",
+            Pre::V0_1(_) => "0.1.0",
+        }
     }
 }
 
@@ -149,11 +167,15 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     Ok(())
 }
 
-fn check_exports(runtime: &Runtime, path: &Path, component: &Component) -> Result<(), LoadError> {
+/// The newest contract version whose `record-processor` the component
+/// exports, and that export's name.
+fn contract(runtime: &Runtime, path: &Path, component: &Component) -> Result<(&'static str, &'static str), LoadError> {
     let ty = component.component_type();
-    let mut exports = ty.exports(runtime.engine());
-    if exports.any(|(name, item)| name == RECORD_PROCESSOR_EXPORT && matches!(item.ty, ComponentItem::ComponentInstance(_))) {
-        return Ok(());
+    for (version, export) in RECORD_PROCESSOR_EXPORTS {
+        let mut exports = ty.exports(runtime.engine());
+        if exports.any(|(name, item)| name == export && matches!(item.ty, ComponentItem::ComponentInstance(_))) {
+            return Ok((version, export));
+        }
     }
     let names: Vec<_> = ty.exports(runtime.engine()).map(|(name, _)| format!("`{name}`")).collect();
     Err(LoadError::MissingExport {
@@ -164,10 +186,9 @@ fn check_exports(runtime: &Runtime, path: &Path, component: &Component) -> Resul
 
 /// The functions of the component's `record-processor` export, with their
 /// parameter names: `initialize(shard), ...`.
-fn describe_functions(runtime: &Runtime, component: &Component) -> String {
+fn describe_functions(runtime: &Runtime, component: &Component, export: &str) -> String {
     let ty = component.component_type();
-    let Some(ComponentItem::ComponentInstance(instance)) =
-        ty.get_export(runtime.engine(), RECORD_PROCESSOR_EXPORT).map(|e| e.ty)
+    let Some(ComponentItem::ComponentInstance(instance)) = ty.get_export(runtime.engine(), export).map(|e| e.ty)
     else {
         return "no functions".into();
     };
@@ -184,11 +205,13 @@ fn describe_functions(runtime: &Runtime, component: &Component) -> String {
     functions.join(", ")
 }
 
-/// WASI (p2, sandboxed by each store's context) plus the `kcl:processor` imports.
+/// WASI (p2, sandboxed by each store's context) plus the `kcl:processor`
+/// imports of both contract versions.
 fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<ShardState>> {
     let mut linker = Linker::new(runtime.engine());
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    bindings::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
+    v0_2::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
+    v0_1::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
     Ok(linker)
 }
 

@@ -11,8 +11,9 @@ use tokio::sync::watch;
 use crate::fetch::{Fetched, FetchSettings, Fetcher, StartingPosition};
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
-use crate::runtime::bindings::{Batch, CheckpointError, ShardInfo, ShutdownReason};
-use crate::runtime::sequence::Position;
+use crate::records::kpl::HashRange;
+use crate::records::{Batch, Position};
+use crate::runtime::bindings::{CheckpointError, ShardInfo, ShutdownReason};
 use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor, ShardInstance};
 
 /// How a consumer ended.
@@ -158,27 +159,27 @@ impl<S: LeaseStore> Consumer<S> {
             stream_name: self.stream.clone(),
             shard_id: shard_id.clone(),
             starting_checkpoint: lease.checkpoint.as_column().to_owned(),
-            starting_sub_sequence_number: last_checkpoint.as_ref().and_then(Position::sub_sequence_number),
+            starting_sub_sequence_number: last_checkpoint.as_ref().map(Position::sub_sequence_number).filter(|sub| *sub > 0),
         };
         if let Err(e) = instance.initialize(&info).await {
             return Interrupt::Failed(format!("initialize failed: {e}"));
         }
-        let mut fetcher = Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, self.fetch.clone()).prefetch();
+        let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
+        let mut fetcher = Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, range, self.fetch.clone()).prefetch();
         loop {
             let fetched = tokio::select! {
                 fetched = fetcher.next() => fetched,
                 outcome = self.interrupted() => return self.finish_outcome(&mut instance, outcome).await,
             };
-            let Fetched { records, millis_behind_latest, shard_end } = match fetched {
+            let Fetched { mut batch, shard_end } = match fetched {
                 Ok(fetched) => fetched,
                 Err(e) => return Interrupt::Failed(format!("reading the shard failed: {e}")),
             };
-            if !records.is_empty() {
+            if !batch.is_empty() {
                 if !lease.checkpoint.has_started() && first_delivered.is_none() {
-                    *first_delivered = Some(records[0].sequence_number.clone());
+                    *first_delivered = batch.get(0).map(|first| first.sequence_number.to_owned());
                 }
-                let batch = Batch { records, millis_behind_latest };
-                if let Some(interrupt) = self.deliver(&mut instance, &batch).await {
+                if let Some(interrupt) = self.deliver(&mut instance, &mut batch).await {
                     return interrupt;
                 }
             }
@@ -189,7 +190,7 @@ impl<S: LeaseStore> Consumer<S> {
     }
 
     /// Delivers one batch, again after each retryable error.
-    async fn deliver(&self, instance: &mut ShardInstance, batch: &Batch) -> Option<Interrupt> {
+    async fn deliver(&self, instance: &mut ShardInstance, batch: &mut Batch) -> Option<Interrupt> {
         let mut backoff = BACKOFF.0;
         loop {
             if !self.held.is_valid() {
@@ -197,7 +198,7 @@ impl<S: LeaseStore> Consumer<S> {
             }
             match instance.process_records(batch).await {
                 Ok(()) => {
-                    self.delivered.fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+                    self.delivered.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     return None;
                 }
                 Err(CallError::Retryable(message)) => {
@@ -273,7 +274,7 @@ fn starting_position(checkpoint: &Checkpoint, first_delivered: Option<&str>, ini
             Some(ms) => Start::Read(restart.unwrap_or(StartingPosition::AtTimestamp(ms)), None),
             None => Start::Refused,
         },
-        Checkpoint::At(position) => Start::Read(StartingPosition::After(position.clone()), Some(position.clone())),
+        Checkpoint::At(position) => Start::Read(StartingPosition::Checkpoint(position.clone()), Some(position.clone())),
         Checkpoint::ShardEnd => Start::Finished,
     }
 }
@@ -310,10 +311,10 @@ mod tests {
         }
         assert_eq!(starting_position(&Checkpoint::Latest, None, None), Start::Read(StartingPosition::Latest, None));
         assert_eq!(starting_position(&Checkpoint::TrimHorizon, first, None), Start::Read(StartingPosition::TrimHorizon, None));
-        let done = Position::new("4960", None).unwrap();
+        let done = Position::new("4960", 0).unwrap();
         assert_eq!(
             starting_position(&Checkpoint::At(done.clone()), first, None),
-            Start::Read(StartingPosition::After(done.clone()), Some(done)),
+            Start::Read(StartingPosition::Checkpoint(done.clone()), Some(done)),
             "a checkpoint wins"
         );
         assert_eq!(starting_position(&Checkpoint::AtTimestamp, None, None), Start::Refused);

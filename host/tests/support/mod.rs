@@ -4,7 +4,8 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use kcl_host::runtime::bindings::{Batch, KinesisRecord, ShardInfo};
+use kcl_host::records::{Batch, Record};
+use kcl_host::runtime::bindings::ShardInfo;
 use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
 
 pub use kcl_testkit::{guest, test_cache_dir};
@@ -29,21 +30,19 @@ pub fn shard(id: &str) -> ShardInfo {
 
 /// Records with the given payloads and sequence numbers `first`, `first + 1`, ...
 pub fn batch(first: u64, payloads: &[&str]) -> Batch {
-    Batch {
-        records: payloads
-            .iter()
-            .zip(first..)
-            .map(|(data, seq)| KinesisRecord {
-                data: data.as_bytes().to_vec(),
-                partition_key: "k".into(),
-                sequence_number: seq.to_string(),
-                sub_sequence_number: None,
-                approximate_arrival_timestamp_ms: 0,
-                explicit_hash_key: None,
-            })
-            .collect(),
-        millis_behind_latest: 0,
-    }
+    let sequence_numbers: Vec<String> = (first..).take(payloads.len()).map(|seq| seq.to_string()).collect();
+    payloads
+        .iter()
+        .zip(&sequence_numbers)
+        .map(|(data, seq)| Record {
+            data: data.as_bytes(),
+            partition_key: "k",
+            sequence_number: seq,
+            sub_sequence_number: None,
+            arrival_timestamp_ms: 0,
+            explicit_hash_key: None,
+        })
+        .collect()
 }
 
 /// Log output captured from the current thread.

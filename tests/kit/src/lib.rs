@@ -73,16 +73,24 @@ impl TestStream {
         shard::list_shards(&self.kinesis, &self.name).await.expect("ListShards")
     }
 
-    /// Writes `payloads` to one shard, in order, returning their sequence numbers.
+    /// Writes `payloads` to one shard, in order, returning their sequence
+    /// numbers. Each payload is its own partition key.
     pub async fn put(&self, shard_id: &str, payloads: &[String]) -> Vec<String> {
+        let records: Vec<(&[u8], &str)> = payloads.iter().map(|p| (p.as_bytes(), p.as_str())).collect();
+        self.put_keyed(shard_id, &records).await
+    }
+
+    /// Writes `(data, partition key)` records to one shard, in order,
+    /// returning their sequence numbers.
+    pub async fn put_keyed(&self, shard_id: &str, records: &[(&[u8], &str)]) -> Vec<String> {
         let shards = self.shards().await;
         let shard = shards.iter().find(|s| s.id == shard_id).unwrap_or_else(|| panic!("no shard {shard_id}"));
         let mut sequence_numbers = Vec::new();
-        for chunk in payloads.chunks(500) {
-            let entries = chunk.iter().map(|data| {
+        for chunk in records.chunks(500) {
+            let entries = chunk.iter().map(|(data, key)| {
                 PutRecordsRequestEntry::builder()
-                    .data(Blob::new(data.as_bytes()))
-                    .partition_key(data.clone())
+                    .data(Blob::new(*data))
+                    .partition_key(*key)
                     .explicit_hash_key(&shard.starting_hash_key)
                     .build()
                     .expect("complete entry")

@@ -24,18 +24,18 @@ impl RecordProcessor for Counter {
     }
 
     fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
-        for record in &batch.records {
+        for record in &batch {
             kcl_guest::info!(
                 "record {} {} {}",
                 record.sequence_number,
                 record.partition_key,
-                String::from_utf8_lossy(&record.data)
+                String::from_utf8_lossy(record.data)
             );
             self.seen += 1;
             self.since_checkpoint += 1;
             if self.since_checkpoint >= CHECKPOINT_EVERY {
                 checkpointer
-                    .checkpoint_at(record)
+                    .checkpoint_at(&record)
                     .map_err(|e| ProcessorError::retryable(e.to_string()))?;
                 self.since_checkpoint = 0;
             }

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use kcl_guest::{Batch, Checkpointer, ProcessorError, RecordProcessor, ShardInfo, ShutdownReason};
 use serde::Deserialize;
 
 /// One event as producers write it.
@@ -48,44 +47,53 @@ impl Totals {
     }
 }
 
-pub struct JsonAggregate {
-    shard_id: String,
-    totals: Totals,
+/// The processor itself; off without the default `processor` feature, for
+/// crates that only want [`Totals`].
+#[cfg(feature = "processor")]
+mod processor {
+    use kcl_guest::{Batch, Checkpointer, ProcessorError, RecordProcessor, ShardInfo, ShutdownReason};
+
+    use super::Totals;
+
+    pub struct JsonAggregate {
+        shard_id: String,
+        totals: Totals,
+    }
+
+    impl RecordProcessor for JsonAggregate {
+        fn initialize(shard: ShardInfo) -> Result<Self, ProcessorError> {
+            Ok(JsonAggregate { shard_id: shard.shard_id, totals: Totals::default() })
+        }
+
+        fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
+            let rejected_before = self.totals.rejected;
+            for record in &batch {
+                self.totals.add(record.data);
+            }
+            if self.totals.rejected > rejected_before {
+                kcl_guest::warn!("{} records in this batch were not purchase events", self.totals.rejected - rejected_before);
+            }
+            checkpointer.checkpoint().map_err(|e| ProcessorError::retryable(e.to_string()))
+        }
+
+        fn shutdown(&mut self, reason: ShutdownReason, _: &Checkpointer) -> Result<(), ProcessorError> {
+            let t = &self.totals;
+            kcl_guest::info!(
+                "{} {reason:?}: {} purchases, {} rejected, {} users",
+                self.shard_id,
+                t.purchases,
+                t.rejected,
+                t.per_user.len()
+            );
+            for (user, total) in &t.per_user {
+                kcl_guest::info!("total {user} {total:.2}");
+            }
+            Ok(())
+        }
+    }
+
+    // Exported only in the component: the benchmark links this crate natively
+    // to run `Totals` as the baseline.
+    #[cfg(target_arch = "wasm32")]
+    kcl_guest::export_processor!(JsonAggregate);
 }
-
-impl RecordProcessor for JsonAggregate {
-    fn initialize(shard: ShardInfo) -> Result<Self, ProcessorError> {
-        Ok(JsonAggregate { shard_id: shard.shard_id, totals: Totals::default() })
-    }
-
-    fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
-        let rejected_before = self.totals.rejected;
-        for record in &batch.records {
-            self.totals.add(&record.data);
-        }
-        if self.totals.rejected > rejected_before {
-            kcl_guest::warn!("{} records in this batch were not purchase events", self.totals.rejected - rejected_before);
-        }
-        checkpointer.checkpoint().map_err(|e| ProcessorError::retryable(e.to_string()))
-    }
-
-    fn shutdown(&mut self, reason: ShutdownReason, _: &Checkpointer) -> Result<(), ProcessorError> {
-        let t = &self.totals;
-        kcl_guest::info!(
-            "{} {reason:?}: {} purchases, {} rejected, {} users",
-            self.shard_id,
-            t.purchases,
-            t.rejected,
-            t.per_user.len()
-        );
-        for (user, total) in &t.per_user {
-            kcl_guest::info!("total {user} {total:.2}");
-        }
-        Ok(())
-    }
-}
-
-// Exported only in the component: the benchmark links this crate natively
-// to run `Totals` as the baseline.
-#[cfg(target_arch = "wasm32")]
-kcl_guest::export_processor!(JsonAggregate);

@@ -28,8 +28,8 @@ impl RecordProcessor for Faulty {
     }
 
     fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
-        for record in &batch.records {
-            let command = String::from_utf8_lossy(&record.data);
+        for record in &batch {
+            let command = String::from_utf8_lossy(record.data);
             match command.as_ref() {
                 "panic" => panic!("asked to panic at {}", record.sequence_number),
                 "spin" => {
@@ -52,7 +52,7 @@ impl RecordProcessor for Faulty {
                         std::hint::black_box(&hoard);
                     }
                 }
-                "retry" if self.retried.insert(record.sequence_number.clone()) => {
+                "retry" if self.retried.insert(record.sequence_number.to_owned()) => {
                     return Err(ProcessorError::retryable(format!("try {} again", record.sequence_number)));
                 }
                 "fatal" => return Err(ProcessorError::fatal("asked to fail")),
@@ -63,7 +63,7 @@ impl RecordProcessor for Faulty {
                     None => kcl_guest::info!("record {} {other}", record.sequence_number),
                 },
             }
-            self.last = record.data.clone();
+            self.last = record.data.to_vec();
         }
         Ok(())
     }

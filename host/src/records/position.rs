@@ -1,18 +1,24 @@
-//! Kinesis positions: sequence numbers and the (sequence, sub-sequence) pairs
-//! that checkpoints record.
+//! Positions in a shard: a record's sequence number and, for a user record
+//! inside a KPL aggregate, its sub-sequence number — the pair checkpoints
+//! record, in the Java KCL's sense.
 
 use std::cmp::Ordering;
 use std::fmt;
 
-/// A position in a shard: a record's sequence number, plus the sub-sequence
-/// number of a user record inside a KPL aggregate.
+/// A position in a shard: `(sequence number, sub-sequence number)`, the
+/// sub-sequence number being a user record's index inside its KPL aggregate
+/// and 0 for a record that is not aggregated. This is how Java KCL writes
+/// `checkpoint` / `checkpointSubSequenceNumber`: a checkpoint at
+/// `(s, n)` means every user record up to and including sub-record `n` of
+/// record `s` is done, so a restart reads from `s` again and skips exactly
+/// those.
 ///
 /// Kinesis sequence numbers are decimal strings of up to 56 digits (wider than
 /// any integer type), so they are compared as canonical decimal strings.
 #[derive(Clone, Debug)]
 pub struct Position {
     sequence_number: String,
-    sub_sequence_number: Option<u64>,
+    sub_sequence_number: u64,
 }
 
 /// A string that is not a Kinesis sequence number.
@@ -22,17 +28,11 @@ pub struct NotASequenceNumber(pub String);
 
 impl Position {
     /// A position from a sequence number as Kinesis wrote it.
-    pub fn new(
-        sequence_number: &str,
-        sub_sequence_number: Option<u64>,
-    ) -> Result<Self, NotASequenceNumber> {
+    pub fn new(sequence_number: &str, sub_sequence_number: u64) -> Result<Self, NotASequenceNumber> {
         if sequence_number.is_empty() || !sequence_number.bytes().all(|b| b.is_ascii_digit()) {
             return Err(NotASequenceNumber(sequence_number.to_owned()));
         }
-        Ok(Self {
-            sequence_number: sequence_number.to_owned(),
-            sub_sequence_number,
-        })
+        Ok(Self { sequence_number: sequence_number.to_owned(), sub_sequence_number })
     }
 
     /// The sequence number, as Kinesis wrote it.
@@ -40,8 +40,8 @@ impl Position {
         &self.sequence_number
     }
 
-    /// The sub-sequence number inside a KPL aggregate, if any.
-    pub fn sub_sequence_number(&self) -> Option<u64> {
+    /// The user record's index inside its KPL aggregate; 0 otherwise.
+    pub fn sub_sequence_number(&self) -> u64 {
         self.sub_sequence_number
     }
 
@@ -54,15 +54,7 @@ impl Position {
 impl Ord for Position {
     fn cmp(&self, other: &Self) -> Ordering {
         let (a, b) = (self.digits(), other.digits());
-        a.len()
-            .cmp(&b.len())
-            .then_with(|| a.cmp(b))
-            // A whole record (no sub-sequence) sorts after all its user records:
-            // checkpointing it means every user record in it is done.
-            .then_with(|| {
-                let rank = |s: Option<u64>| s.map_or(u128::MAX, u128::from);
-                rank(self.sub_sequence_number).cmp(&rank(other.sub_sequence_number))
-            })
+        a.len().cmp(&b.len()).then_with(|| a.cmp(b)).then_with(|| self.sub_sequence_number.cmp(&other.sub_sequence_number))
     }
 }
 
@@ -83,8 +75,8 @@ impl PartialOrd for Position {
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.sub_sequence_number {
-            Some(sub) => write!(f, "{}/{}", self.sequence_number, sub),
-            None => f.write_str(&self.sequence_number),
+            0 => f.write_str(&self.sequence_number),
+            sub => write!(f, "{}/{}", self.sequence_number, sub),
         }
     }
 }
@@ -95,7 +87,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn pos(s: &str) -> Position {
-        Position::new(s, None).unwrap()
+        Position::new(s, 0).unwrap()
     }
 
     #[test]
@@ -110,19 +102,16 @@ mod tests {
 
     #[test]
     fn user_records_sort_inside_their_aggregate() {
-        let whole = pos("100");
-        let first = Position::new("100", Some(0)).unwrap();
-        let second = Position::new("100", Some(1)).unwrap();
-        assert!(first < second && second < whole && whole < pos("101"));
+        let first = pos("100");
+        let second = Position::new("100", 1).unwrap();
+        assert!(first < second && second < pos("101"));
+        assert_eq!(second.to_string(), "100/1");
     }
 
     #[test]
     fn rejects_non_digits() {
-        assert_eq!(
-            Position::new("TRIM_HORIZON", None),
-            Err(NotASequenceNumber("TRIM_HORIZON".into()))
-        );
-        assert!(Position::new("", None).is_err());
+        assert_eq!(Position::new("TRIM_HORIZON", 0), Err(NotASequenceNumber("TRIM_HORIZON".into())));
+        assert!(Position::new("", 0).is_err());
     }
 
     proptest! {
