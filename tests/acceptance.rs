@@ -342,6 +342,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
         ),
         (vec!["run", &not_wasm, "--stream", "s", "--application", "a"], vec![], "is not a WebAssembly file"),
         (vec!["run", &counter, "--stream", "s", "--application", "a", "--initial-position", "OLDEST"], vec![], "use TRIM_HORIZON, LATEST or AT_TIMESTAMP"),
+        (vec!["run", &counter, "--stream", "s", "--application", "a", "--retrieval", "push"], vec![], "use polling (GetRecords) or fanout"),
     ];
     for (args, env, expected) in cases {
         let (code, text) = run_to_exit(&args, &env).await;
@@ -558,4 +559,24 @@ async fn a_java_checkpoint_at_the_first_user_record_keeps_the_rest_of_the_aggreg
     let mut expected = users[1..].to_vec();
     expected.push("after".into());
     assert_eq!(delivered, expected, "user records 1..4 of the aggregate, then the next record");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enhanced_fan_out_delivers_every_record_of_every_shard_in_order() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("fanout"), 4).await;
+    let mut expected = BTreeMap::new();
+    for shard in stream.shards().await {
+        let records = payloads(&shard.id, 25);
+        stream.put(&shard.id, &records).await;
+        expected.insert(shard.id, records);
+    }
+    let application = unique("fanout-app");
+    let mut host = start_with("counter", &stream.name, &application, "worker-1", &["--retrieval", "fanout"]);
+    host.wait_for("all 100 records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 100).await;
+    let delivered = host.delivered().await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "reading with enhanced fan-out"), 1, "{}", log.join("\n"));
+    assert_eq!(by_shard(&delivered), expected, "each shard's records once, in order");
 }

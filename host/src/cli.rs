@@ -103,6 +103,10 @@ pub struct RunArgs {
     /// Records per GetRecords call, 1 to 10000 (maxRecords) [default: 10000].
     #[arg(long, env = "KCL_HOST_MAX_RECORDS")]
     pub max_records: Option<i32>,
+    /// How shards are read: polling (GetRecords) or fanout (enhanced fan-out,
+    /// a stream consumer named after the application) [default: polling].
+    #[arg(long, env = "KCL_HOST_RETRIEVAL")]
+    pub retrieval: Option<String>,
     /// Most processor instances alive at once (slots reserved up front); also caps --max-leases [default: 1000].
     #[arg(long, env = "KCL_HOST_MAX_INSTANCES")]
     pub max_instances: Option<u32>,
@@ -129,6 +133,7 @@ impl RunArgs {
             shard_sync_interval: self.shard_sync_interval.clone(),
             idle_time_between_reads: self.idle_time_between_reads.clone(),
             max_records: self.max_records,
+            retrieval: self.retrieval.clone(),
             max_instances: self.max_instances,
             ..self.runtime.layer()
         }

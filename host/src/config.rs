@@ -64,6 +64,7 @@ pub struct Layer {
     pub shard_sync_interval: Option<String>,
     pub idle_time_between_reads: Option<String>,
     pub max_records: Option<i32>,
+    pub retrieval: Option<String>,
     pub memory_limit_mib: Option<usize>,
     pub call_deadline: Option<String>,
     pub max_instances: Option<u32>,
@@ -87,7 +88,7 @@ impl Layer {
         merge!(
             stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
+            idle_time_between_reads, max_records, retrieval, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
         )
     }
 
@@ -108,6 +109,30 @@ impl Layer {
     }
 }
 
+/// How shards are read (`retrievalSpecificConfig` in Java KCL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retrieval {
+    /// GetRecords, shared by every consumer of the stream (the default).
+    Polling,
+    /// Enhanced fan-out: SubscribeToShard through a stream consumer named
+    /// after the application, 2 MB/s per shard of its own.
+    FanOut,
+}
+
+impl Retrieval {
+    fn parse(value: Option<&str>) -> Result<Self, ConfigError> {
+        match value.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("polling") => Ok(Retrieval::Polling),
+            Some("fanout" | "fan-out") => Ok(Retrieval::FanOut),
+            Some(other) => Err(ConfigError::Invalid {
+                setting: "retrieval",
+                value: other.to_owned(),
+                reason: "use polling (GetRecords) or fanout (enhanced fan-out)".into(),
+            }),
+        }
+    }
+}
+
 /// Everything a worker needs, resolved and checked.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -122,6 +147,8 @@ pub struct WorkerConfig {
     /// and whenever a shard ends.
     pub shard_sync_interval: Duration,
     pub fetch: FetchSettings,
+    /// How shards are read.
+    pub retrieval: Retrieval,
     /// The sandbox of every processor instance.
     pub runtime: RuntimeConfig,
 }
@@ -174,6 +201,7 @@ impl WorkerConfig {
                     fetch_defaults.idle_time_between_reads,
                 )?,
             },
+            retrieval: Retrieval::parse(layer.retrieval.as_deref())?,
             runtime,
         })
     }

@@ -38,6 +38,46 @@ pub enum StartingPosition {
     After(String),
 }
 
+impl StartingPosition {
+    /// What the first records read from here may include that a checkpoint
+    /// already covers.
+    pub(crate) fn skip_through(&self) -> Option<Position> {
+        match self {
+            StartingPosition::Checkpoint(position) => Some(position.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// A shard's reader, by GetRecords ([`Fetcher`]) or by an enhanced fan-out
+/// subscription ([`crate::fanout::Subscriber`]).
+pub trait Read: Send + 'static {
+    /// The next records, waiting while the shard has none. Cancel-safe: the
+    /// read position only moves when records are returned.
+    fn next(&mut self) -> impl std::future::Future<Output = Result<Fetched, AwsError>> + Send;
+}
+
+/// Reads ahead in a task of its own while the caller processes: the next
+/// read overlaps the processor's call, in order, exactly one batch ahead. A
+/// shard therefore holds at most two responses in memory (the batch being
+/// processed and the next one), each at most 10 MB / `max_records` records.
+pub fn prefetch(mut reader: impl Read) -> Prefetch {
+    let (tx, batches) = mpsc::channel(1);
+    let task = tokio::spawn(async move {
+        loop {
+            // Read only once the previous batch was taken by the caller.
+            let Ok(slot) = tx.reserve().await else { return };
+            let fetched = reader.next().await;
+            let last = !matches!(&fetched, Ok(f) if f.shard_end.is_none());
+            slot.send(fetched);
+            if last {
+                return;
+            }
+        }
+    });
+    Prefetch { batches, task }
+}
+
 /// How a fetcher paces itself.
 #[derive(Clone, Debug)]
 pub struct FetchSettings {
@@ -89,10 +129,7 @@ impl Fetcher {
         range: Option<kpl::HashRange>,
         settings: FetchSettings,
     ) -> Self {
-        let skip_through = match &start {
-            StartingPosition::Checkpoint(position) => Some(position.clone()),
-            _ => None,
-        };
+        let skip_through = start.skip_through();
         Self {
             client,
             stream: stream.to_owned(),
@@ -106,9 +143,7 @@ impl Fetcher {
         }
     }
 
-    /// The next records, waiting while the shard has none. Cancel-safe: the
-    /// read position only moves when records are returned.
-    pub async fn next(&mut self) -> Result<Fetched, AwsError> {
+    async fn read(&mut self) -> Result<Fetched, AwsError> {
         let mut throttled = Duration::from_millis(500);
         loop {
             let iterator = match &self.iterator {
@@ -139,13 +174,10 @@ impl Fetcher {
             let shard_end = output.next_shard_iterator.is_none().then(|| {
                 output.child_shards.unwrap_or_default().into_iter().map(|c| c.shard_id).collect::<BTreeSet<_>>()
             });
-            let mut batch = self.batch(&output.records)?;
+            let mut batch = user_records(&self.shard, &output.records, self.range.as_ref(), &mut self.skip_through)?;
             batch.millis_behind_latest = millis_behind_latest;
             if let Some(last) = output.records.last() {
                 self.resume = StartingPosition::After(last.sequence_number.clone());
-                if let Some(checkpoint) = self.skip_through.take() {
-                    batch = batch.after(&checkpoint);
-                }
             }
             self.iterator = output.next_shard_iterator;
             if batch.is_empty() && shard_end.is_none() {
@@ -156,28 +188,6 @@ impl Fetcher {
             }
             return Ok(Fetched { batch, shard_end });
         }
-    }
-
-    /// Moves the fetcher to a task of its own that reads ahead while the
-    /// caller processes: the next GetRecords overlaps the processor's call,
-    /// in order, exactly one batch ahead. A shard therefore holds at most two
-    /// GetRecords responses in memory (the batch being processed and the next
-    /// one), each at most 10 MB / `max_records` records.
-    pub fn prefetch(mut self) -> Prefetch {
-        let (tx, batches) = mpsc::channel(1);
-        let task = tokio::spawn(async move {
-            loop {
-                // Read only once the previous batch was taken by the caller.
-                let Ok(slot) = tx.reserve().await else { return };
-                let fetched = self.next().await;
-                let last = !matches!(&fetched, Ok(f) if f.shard_end.is_none());
-                slot.send(fetched);
-                if last {
-                    return;
-                }
-            }
-        });
-        Prefetch { batches, task }
     }
 
     /// A fresh iterator at the resume position; `None` when the shard is no
@@ -250,31 +260,47 @@ impl Drop for Prefetch {
     }
 }
 
-impl Fetcher {
-    /// The user records of a GetRecords response, in order.
-    fn batch(&self, records: &[aws_sdk_kinesis::types::Record]) -> Result<Batch, AwsError> {
-        let mut batch = Batch::default();
-        let mut dropped = 0;
-        for record in records {
-            // Checkpoints name sequence numbers: one that is not decimal is a server bug.
-            Position::new(&record.sequence_number, 0).map_err(|e| AwsError::Service {
-                operation: "GetRecords",
-                code: "BadSequenceNumber".into(),
-                message: format!("{} returned a record that cannot be checkpointed: {e}", self.shard),
-            })?;
-            let record = Record {
-                data: record.data.as_ref(),
-                partition_key: record.partition_key.as_deref().unwrap_or_default(),
-                sequence_number: &record.sequence_number,
-                sub_sequence_number: None,
-                arrival_timestamp_ms: record.approximate_arrival_timestamp.and_then(|t| t.to_millis().ok()).map_or(0, |ms| ms.max(0) as u64),
-                explicit_hash_key: None,
-            };
-            dropped += kpl::push(&mut batch, record, self.range.as_ref());
-        }
-        if dropped > 0 {
-            tracing::info!(shard = %self.shard, "dropped {dropped} user records of KPL aggregates outside this shard's hash keys (written before a reshard; the sibling shard has them)");
-        }
-        Ok(batch)
+impl Read for Fetcher {
+    async fn next(&mut self) -> Result<Fetched, AwsError> {
+        self.read().await
     }
+}
+
+/// The user records of one response, in order: KPL aggregates
+/// de-aggregated, user records outside `range` dropped, and — in the first
+/// response after a start at a checkpoint — those the checkpoint covers.
+pub(crate) fn user_records(
+    shard: &str,
+    records: &[aws_sdk_kinesis::types::Record],
+    range: Option<&kpl::HashRange>,
+    skip_through: &mut Option<Position>,
+) -> Result<Batch, AwsError> {
+    let mut batch = Batch::default();
+    let mut dropped = 0;
+    for record in records {
+        // Checkpoints name sequence numbers: one that is not decimal is a server bug.
+        Position::new(&record.sequence_number, 0).map_err(|e| AwsError::Service {
+            operation: "GetRecords",
+            code: "BadSequenceNumber".into(),
+            message: format!("{shard} returned a record that cannot be checkpointed: {e}"),
+        })?;
+        let record = Record {
+            data: record.data.as_ref(),
+            partition_key: record.partition_key.as_deref().unwrap_or_default(),
+            sequence_number: &record.sequence_number,
+            sub_sequence_number: None,
+            arrival_timestamp_ms: record.approximate_arrival_timestamp.and_then(|t| t.to_millis().ok()).map_or(0, |ms| ms.max(0) as u64),
+            explicit_hash_key: None,
+        };
+        dropped += kpl::push(&mut batch, record, range);
+    }
+    if dropped > 0 {
+        tracing::info!(shard, "dropped {dropped} user records of KPL aggregates outside this shard's hash keys (written before a reshard; the sibling shard has them)");
+    }
+    if !records.is_empty()
+        && let Some(checkpoint) = skip_through.take()
+    {
+        batch = batch.after(&checkpoint);
+    }
+    Ok(batch)
 }

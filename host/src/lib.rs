@@ -9,6 +9,7 @@
 pub mod aws;
 pub mod cli;
 pub mod config;
+pub mod fanout;
 pub mod fetch;
 pub mod lease;
 pub mod records;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::fetch::{Fetched, FetchSettings, Fetcher, StartingPosition};
+use crate::fanout::{KinesisSubscriptions, Subscriber};
+use crate::fetch::{self, Fetched, FetchSettings, Fetcher, StartingPosition};
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
 use crate::records::kpl::HashRange;
@@ -37,6 +38,8 @@ pub struct Consumer<S> {
     pub stream: String,
     pub initial_timestamp_ms: Option<i64>,
     pub fetch: FetchSettings,
+    /// Set for enhanced fan-out: read through this consumer's subscriptions.
+    pub fan_out: Option<KinesisSubscriptions>,
     pub held: Arc<HeldLease<S>>,
     pub stop: watch::Receiver<bool>,
     /// Records delivered and acknowledged by the processor.
@@ -165,7 +168,10 @@ impl<S: LeaseStore> Consumer<S> {
             return Interrupt::Failed(format!("initialize failed: {e}"));
         }
         let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
-        let mut fetcher = Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, range, self.fetch.clone()).prefetch();
+        let mut fetcher = match &self.fan_out {
+            Some(subscriptions) => fetch::prefetch(Subscriber::new(subscriptions.clone(), &shard_id, start, range)),
+            None => fetch::prefetch(Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, range, self.fetch.clone())),
+        };
         loop {
             let fetched = tokio::select! {
                 fetched = fetcher.next() => fetched,

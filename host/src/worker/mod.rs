@@ -27,7 +27,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::aws::{AwsClients, AwsError};
-use crate::config::WorkerConfig;
+use crate::config::{Retrieval, WorkerConfig};
+use crate::fanout::{self, KinesisSubscriptions};
 use crate::lease::control::{self, ControlTable, FleetWatch};
 use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
 use crate::lease::dynamo::DynamoStore;
@@ -92,6 +93,7 @@ struct Template {
     processor: Processor,
     kinesis: aws_sdk_kinesis::Client,
     config: WorkerConfig,
+    fan_out: Option<KinesisSubscriptions>,
 }
 
 impl Consumers {
@@ -108,6 +110,7 @@ impl Consumers {
                 _ => None,
             },
             fetch: config.fetch.clone(),
+            fan_out: self.template.fan_out.clone(),
             held: held.clone(),
             stop: stop_rx,
             delivered: delivered.clone(),
@@ -170,10 +173,18 @@ pub async fn run(
     fleet.observe(control.heartbeats().await?, Instant::now());
     coordinator.set_fleet(fleet.fleet().clone());
 
+    let fan_out = match config.retrieval {
+        Retrieval::Polling => None,
+        Retrieval::FanOut => {
+            let consumer_arn = fanout::register_consumer(&clients.kinesis, &config.stream, &config.application).await?;
+            tracing::info!(consumer = %consumer_arn, "reading with enhanced fan-out");
+            Some(KinesisSubscriptions { client: clients.kinesis.clone(), consumer_arn, stream: config.stream.clone() })
+        }
+    };
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
     let shard_sync_interval = config.shard_sync_interval;
     let mut consumers = Consumers {
-        template: Template { processor, kinesis: clients.kinesis.clone(), config },
+        template: Template { processor, kinesis: clients.kinesis.clone(), config, fan_out },
         tasks: JoinSet::new(),
         running: BTreeMap::new(),
         ended: ended_tx,
