@@ -580,3 +580,66 @@ async fn enhanced_fan_out_delivers_every_record_of_every_shard_in_order() {
     assert_eq!(count_lines(&log, "reading with enhanced fan-out"), 1, "{}", log.join("\n"));
     assert_eq!(by_shard(&delivered), expected, "each shard's records once, in order");
 }
+
+/// `GET path` on a local HTTP server: (status line, body).
+async fn http_get(address: &str, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.expect("the admin listener accepts");
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("a full response");
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// The value of the series `name` whose labels include `shard="<shard>"`, from Prometheus text.
+fn series(text: &str, name: &str, shard: Option<&str>) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (key, value) = line.rsplit_once(' ')?;
+        let (metric, labels) = key.split_once('{').unwrap_or((key, ""));
+        let shard_ok = shard.is_none_or(|s| labels.contains(&format!("shard=\"{s}\"")));
+        (metric == name && shard_ok).then(|| value.parse().ok()).flatten()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_what_a_worker_processed_and_drop_a_shard_it_gave_away() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("metrics"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    for shard in &shards {
+        stream.put(shard, &payloads(shard, 7)).await;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let application = unique("metrics-app");
+    let flags = ["--failover-time", "1s", "--admin-listen", address.as_str()];
+    let mut first = start_with("counter", &stream.name, &application, "worker-1", &flags);
+    first.wait_for("14 records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 14).await;
+
+    let (status, text) = http_get(&address, "/metrics").await;
+    assert!(status.ends_with("200 OK"), "{status}");
+    for shard in &shards {
+        assert_eq!(series(&text, "kcl_host_records_processed_total", Some(shard)), Some(7.0), "{text}");
+        assert!(series(&text, "kcl_host_processor_version", Some(shard)) == Some(1.0), "{text}");
+    }
+    assert_eq!(series(&text, "kcl_host_leases_held", None), Some(2.0), "{text}");
+    assert_eq!(series(&text, "kcl_host_leases_taken_total", None), Some(2.0), "{text}");
+    assert!(text.contains(r#"stream=""#) && text.contains(r#"worker="worker-1""#), "{text}");
+    assert_eq!(http_get(&address, "/healthz").await.0.split(' ').nth(1), Some("200"));
+
+    // A second worker joins: the first gives one shard back, and its series go.
+    let mut second = start_with("counter", &stream.name, &application, "worker-2", &["--failover-time", "1s"]);
+    first.wait_for("a lease given back", LIMIT, |log| count_lines(log, "gave the lease back") >= 1).await;
+    second.wait_for("its shard", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    let log = first.log().await;
+    let given = log.iter().find(|l| l.contains("gave the lease back")).unwrap().rsplit_once("shard=").unwrap().1.trim_matches('"').to_owned();
+    let kept: Vec<&String> = shards.iter().filter(|s| **s != given).collect();
+    let (_, text) = http_get(&address, "/metrics").await;
+    assert!(!text.contains(&format!("shard=\"{given}\"")), "the given-back shard's series are gone:\n{text}");
+    assert_eq!(series(&text, "kcl_host_records_processed_total", Some(kept[0])), Some(7.0), "{text}");
+    assert_eq!(series(&text, "kcl_host_leases_held", None), Some(1.0), "{text}");
+    let (a, log_a) = first.interrupt().await;
+    let (b, log_b) = second.interrupt().await;
+    assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
+}

@@ -107,6 +107,9 @@ pub struct RunArgs {
     /// a stream consumer named after the application) [default: polling].
     #[arg(long, env = "KCL_HOST_RETRIEVAL")]
     pub retrieval: Option<String>,
+    /// Serve Prometheus /metrics and /healthz here, e.g. 127.0.0.1:9090 [default: off].
+    #[arg(long, env = "KCL_HOST_ADMIN_LISTEN")]
+    pub admin_listen: Option<String>,
     /// Most processor instances alive at once (slots reserved up front); also caps --max-leases [default: 1000].
     #[arg(long, env = "KCL_HOST_MAX_INSTANCES")]
     pub max_instances: Option<u32>,
@@ -134,6 +137,7 @@ impl RunArgs {
             idle_time_between_reads: self.idle_time_between_reads.clone(),
             max_records: self.max_records,
             retrieval: self.retrieval.clone(),
+            admin_listen: self.admin_listen.clone(),
             max_instances: self.max_instances,
             ..self.runtime.layer()
         }

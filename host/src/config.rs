@@ -65,6 +65,7 @@ pub struct Layer {
     pub idle_time_between_reads: Option<String>,
     pub max_records: Option<i32>,
     pub retrieval: Option<String>,
+    pub admin_listen: Option<String>,
     pub memory_limit_mib: Option<usize>,
     pub call_deadline: Option<String>,
     pub max_instances: Option<u32>,
@@ -88,7 +89,7 @@ impl Layer {
         merge!(
             stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records, retrieval, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
+            idle_time_between_reads, max_records, retrieval, admin_listen, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
         )
     }
 
@@ -149,6 +150,8 @@ pub struct WorkerConfig {
     pub fetch: FetchSettings,
     /// How shards are read.
     pub retrieval: Retrieval,
+    /// Where `/metrics` and `/healthz` are served; off when `None`.
+    pub admin_listen: Option<std::net::SocketAddr>,
     /// The sandbox of every processor instance.
     pub runtime: RuntimeConfig,
 }
@@ -202,6 +205,14 @@ impl WorkerConfig {
                 )?,
             },
             retrieval: Retrieval::parse(layer.retrieval.as_deref())?,
+            admin_listen: match layer.admin_listen {
+                Some(address) => Some(address.parse().map_err(|_| ConfigError::Invalid {
+                    setting: "admin_listen",
+                    value: address.clone(),
+                    reason: "expected an address and port, such as 127.0.0.1:9090".into(),
+                })?),
+                None => None,
+            },
             runtime,
         })
     }

@@ -128,7 +128,7 @@ impl<S: Subscriptions> Read for Subscriber<S> {
             if batch.is_empty() && shard_end.is_none() {
                 continue;
             }
-            return Ok(Fetched { batch, shard_end });
+            return Ok(Fetched { batch, shard_end, calls: 0, throttles: 0 });
         }
     }
 }

@@ -101,6 +101,10 @@ pub struct Fetched {
     pub batch: Batch,
     /// Set when the shard is closed and fully read: its children.
     pub shard_end: Option<BTreeSet<String>>,
+    /// GetRecords calls made for this batch, and how many were throttled
+    /// (0 with enhanced fan-out).
+    pub calls: u64,
+    pub throttles: u64,
 }
 
 /// Reads one shard, in order, from a starting position.
@@ -145,16 +149,18 @@ impl Fetcher {
 
     async fn read(&mut self) -> Result<Fetched, AwsError> {
         let mut throttled = Duration::from_millis(500);
+        let (mut calls, mut throttles) = (0, 0);
         loop {
             let iterator = match &self.iterator {
                 Some(iterator) => iterator.clone(),
                 None => match self.shard_iterator().await? {
                     Some(iterator) => iterator,
-                    None => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()) }),
+                    None => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), calls, throttles }),
                 },
             };
             tokio::time::sleep_until(self.next_call).await;
             self.next_call = Instant::now() + MIN_CALL_INTERVAL;
+            calls += 1;
             let output = match self.client.get_records().shard_iterator(&iterator).limit(self.settings.max_records).send().await {
                 Ok(output) => output,
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_expired_iterator_exception()) => {
@@ -163,6 +169,7 @@ impl Fetcher {
                 }
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_provisioned_throughput_exceeded_exception()) => {
                     // The SDK already retried; back off further before the next call.
+                    throttles += 1;
                     tracing::warn!(shard = %self.shard, "GetRecords throttled; backing off {throttled:?}");
                     self.next_call = Instant::now() + throttled;
                     throttled = (throttled * 2).min(Duration::from_secs(10));
@@ -186,7 +193,7 @@ impl Fetcher {
                 }
                 continue;
             }
-            return Ok(Fetched { batch, shard_end });
+            return Ok(Fetched { batch, shard_end, calls, throttles });
         }
     }
 

@@ -6,12 +6,14 @@
 //! - [`replay`]: a processor's lifecycle on records from a file.
 //! - [`cli`]: command-line parsing.
 
+pub mod admin;
 pub mod aws;
 pub mod cli;
 pub mod config;
 pub mod fanout;
 pub mod fetch;
 pub mod lease;
+pub mod metrics;
 pub mod records;
 pub mod replay;
 pub mod runtime;

@@ -37,7 +37,8 @@ impl Liveness {
         *self.valid_until.lock().expect("not poisoned") = Some(sent + self.failover_time);
     }
 
-    fn is_valid(&self, now: Instant) -> bool {
+    /// Whether the last heartbeat is recent enough (or none is kept).
+    pub fn is_valid(&self, now: Instant) -> bool {
         self.valid_until.lock().expect("not poisoned").is_none_or(|until| now < until)
     }
 }
@@ -58,6 +59,7 @@ pub struct HeldLease<S> {
     /// A stolen lease may still look valid to its previous owner until one
     /// failover time after the steal: delivery waits until then.
     deliver_after: Instant,
+    stolen: bool,
     liveness: Arc<Liveness>,
     settings: TakeSettings,
 }
@@ -68,6 +70,7 @@ impl<S: LeaseStore> HeldLease<S> {
             id,
             liveness,
             deliver_after: if stolen { sent + settings.failover_time } else { sent },
+            stolen,
             key: lease.key.clone(),
             store,
             valid_until: StdMutex::new(sent + settings.failover_time),
@@ -85,6 +88,11 @@ impl<S: LeaseStore> HeldLease<S> {
     /// Tells this take of the lease from any other take of the same shard.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Whether this take stole the lease from a live worker.
+    pub fn was_stolen(&self) -> bool {
+        self.stolen
     }
 
     /// The lease as last written by this worker.
@@ -146,27 +154,35 @@ impl<S: LeaseStore> HeldLease<S> {
         *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
     }
 
-    /// Bumps the counter. `false` when the lease is lost (taken by another
-    /// worker, or not renewed within the failover time).
-    async fn renew(&self) -> bool {
+    /// Bumps the counter.
+    async fn renew(&self) -> Renewal {
         let mut lease = self.lease.lock().await;
         // Without a heartbeat the others take this lease anyway.
         if *self.lost.borrow() || !self.liveness.is_valid(Instant::now()) {
-            return false;
+            return Renewal::Lost;
         }
         let sent = Instant::now();
         match self.store.renew(&lease).await {
             Ok(Some(updated)) => {
                 self.written(&mut lease, updated, sent);
-                true
+                Renewal::Renewed
             }
-            Ok(None) => false,
+            Ok(None) => Renewal::Lost,
             Err(e) => {
                 tracing::warn!(shard = %self.key, "could not renew the lease: {e}");
-                self.is_valid()
+                Renewal::Failed
             }
         }
     }
+}
+
+/// How one renewal went.
+enum Renewal {
+    Renewed,
+    /// Taken by another worker, or not renewable in time.
+    Lost,
+    /// The write failed; the lease is lost only once its validity runs out.
+    Failed,
 }
 
 /// The leases this worker holds, shared by the coordinator and its renewer.
@@ -184,6 +200,8 @@ pub struct Renewer<S> {
     /// The renewal period: a lease a checkpoint wrote within half of it
     /// needs no renewal yet.
     every: Duration,
+    /// Renewal writes that failed, so far.
+    failed: std::sync::atomic::AtomicU64,
 }
 
 impl<S: LeaseStore> Renewer<S> {
@@ -201,8 +219,16 @@ impl<S: LeaseStore> Renewer<S> {
         }
         let mut lost = Vec::new();
         while let Some(renewal) = renewals.join_next().await {
-            let (renewed, lease) = renewal.expect("a renewal does not panic");
-            if !renewed {
+            let (renewal, lease) = renewal.expect("a renewal does not panic");
+            let is_lost = match renewal {
+                Renewal::Renewed => false,
+                Renewal::Lost => true,
+                Renewal::Failed => {
+                    self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    !lease.is_valid()
+                }
+            };
+            if is_lost {
                 lease.mark_lost();
                 lost.push(lease);
             }
@@ -215,6 +241,11 @@ impl<S: LeaseStore> Renewer<S> {
             }
         }
         lost
+    }
+
+    /// Renewal writes that failed so far.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -406,7 +437,7 @@ impl<S: LeaseStore> Coordinator<S> {
     /// The renewer of this coordinator's leases, to run in its own task
     /// every `every`.
     pub fn renewer(&self, every: Duration) -> Renewer<S> {
-        Renewer { held: self.held.clone(), every }
+        Renewer { held: self.held.clone(), every, failed: Default::default() }
     }
 
     /// Renews every held lease; returns (and forgets) the ones lost.

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, HasSelf, Linker};
 
@@ -66,6 +67,8 @@ pub struct Processor {
 struct Inner {
     runtime: Runtime,
     pre: Pre,
+    /// The first 12 hex digits of the component's SHA-256.
+    hash: String,
 }
 
 /// A component ready to instantiate, by the contract version it implements.
@@ -106,7 +109,8 @@ impl Processor {
             "0.1.0" => Pre::V0_1(v0_1::ProcessorPre::new(pre).map_err(wrong_world)?),
             _ => Pre::V0_2(v0_2::ProcessorPre::new(pre).map_err(wrong_world)?),
         };
-        let processor = Self { inner: Arc::new(Inner { runtime: runtime.clone(), pre }) };
+        let hash: String = Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect();
+        let processor = Self { inner: Arc::new(Inner { runtime: runtime.clone(), pre, hash }) };
 
         // Export signatures are only checked when an instance is made.
         if let Err(e) = processor.instantiate("load-check", Box::new(NoCheckpoints), None).await {
@@ -126,6 +130,11 @@ impl Processor {
 
     pub(crate) fn pre(&self) -> &Pre {
         &self.inner.pre
+    }
+
+    /// Names this component in logs and metrics: the start of its SHA-256.
+    pub fn hash(&self) -> &str {
+        &self.inner.hash
     }
 
     /// The `kcl:processor` contract version the component implements.

@@ -12,6 +12,7 @@ use crate::fanout::{KinesisSubscriptions, Subscriber};
 use crate::fetch::{self, Fetched, FetchSettings, Fetcher, StartingPosition};
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
+use crate::metrics::ShardMetrics;
 use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
 use crate::runtime::bindings::{CheckpointError, ShardInfo, ShutdownReason};
@@ -44,6 +45,7 @@ pub struct Consumer<S> {
     pub stop: watch::Receiver<bool>,
     /// Records delivered and acknowledged by the processor.
     pub delivered: Arc<AtomicU64>,
+    pub metrics: ShardMetrics,
 }
 
 /// First and longest wait before restarting a failed processor.
@@ -103,6 +105,7 @@ impl<S: LeaseStore> Consumer<S> {
                 Interrupt::Failed(error) => error,
             };
             let wait = backoff.after_failure(started.elapsed());
+            self.metrics.restarted();
             tracing::warn!(shard = %shard, "{error}; restarting from the last checkpoint in {wait:?}");
             if let Some(outcome) = self.wait(wait).await {
                 return outcome;
@@ -149,11 +152,12 @@ impl<S: LeaseStore> Consumer<S> {
                 )));
             }
         };
-        let sink = LeaseSink { held: self.held.clone() };
+        let sink = LeaseSink { held: self.held.clone(), metrics: self.metrics.clone() };
         let mut instance = match self.processor.instantiate(&shard_id, Box::new(sink), last_checkpoint.clone()).await {
             Ok(instance) => instance,
             Err(e) => return Interrupt::Failed(format!("instantiating the processor failed: {e}")),
         };
+        self.metrics.version(self.processor.hash(), self.processor.contract_version());
         // A call still running when the lease's validity ends is stopped:
         // nothing is delivered once another worker may own the shard.
         let held = self.held.clone();
@@ -177,10 +181,12 @@ impl<S: LeaseStore> Consumer<S> {
                 fetched = fetcher.next() => fetched,
                 outcome = self.interrupted() => return self.finish_outcome(&mut instance, outcome).await,
             };
-            let Fetched { mut batch, shard_end } = match fetched {
+            let Fetched { mut batch, shard_end, calls, throttles } = match fetched {
                 Ok(fetched) => fetched,
                 Err(e) => return Interrupt::Failed(format!("reading the shard failed: {e}")),
             };
+            self.metrics.get_records(calls, throttles);
+            self.metrics.millis_behind_latest(batch.millis_behind_latest);
             if !batch.is_empty() {
                 if !lease.checkpoint.has_started() && first_delivered.is_none() {
                     *first_delivered = batch.get(0).map(|first| first.sequence_number.to_owned());
@@ -202,9 +208,15 @@ impl<S: LeaseStore> Consumer<S> {
             if !self.held.is_valid() {
                 return Some(self.finish(instance, ShutdownReason::LeaseLost).await);
             }
-            match instance.process_records(batch).await {
+            let started = std::time::Instant::now();
+            let result = instance.process_records(batch).await;
+            if let Err(e) = &result {
+                self.metrics.guest_error(e);
+            }
+            match result {
                 Ok(()) => {
                     self.delivered.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    self.metrics.processed(batch.len(), batch.data.len(), started.elapsed());
                     return None;
                 }
                 Err(CallError::Retryable(message)) => {
@@ -288,12 +300,15 @@ fn starting_position(checkpoint: &Checkpoint, first_delivered: Option<&str>, ini
 /// Writes a guest's checkpoints to the lease table through the held lease.
 struct LeaseSink<S> {
     held: Arc<HeldLease<S>>,
+    metrics: ShardMetrics,
 }
 
 impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
     fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
         Box::pin(async move {
-            self.held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await.map_err(|e| match e {
+            let written = self.held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await;
+            self.metrics.checkpoint(written.is_ok());
+            written.map_err(|e| match e {
                 CheckpointFailure::LeaseLost => CheckpointError::LeaseLost,
                 CheckpointFailure::Unavailable(message) => CheckpointError::Unavailable(message),
             })

@@ -22,13 +22,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::aws::{AwsClients, AwsError};
 use crate::config::{Retrieval, WorkerConfig};
+use crate::admin::{self, Health};
 use crate::fanout::{self, KinesisSubscriptions};
+use crate::metrics::Metrics;
 use crate::lease::control::{self, ControlTable, FleetWatch};
 use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
 use crate::lease::dynamo::DynamoStore;
@@ -94,6 +97,7 @@ struct Template {
     kinesis: aws_sdk_kinesis::Client,
     config: WorkerConfig,
     fan_out: Option<KinesisSubscriptions>,
+    metrics: Arc<Metrics>,
 }
 
 impl Consumers {
@@ -114,6 +118,7 @@ impl Consumers {
             held: held.clone(),
             stop: stop_rx,
             delivered: delivered.clone(),
+            metrics: self.template.metrics.shard(held.key()),
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();
@@ -129,6 +134,7 @@ impl Consumers {
     /// it gives back; `true` when the pass was short of its share.
     fn apply(&mut self, pass: TakePass<DynamoStore>) -> bool {
         for held in pass.taken {
+            self.template.metrics.lease_taken(held.was_stolen());
             self.spawn(held);
         }
         for key in &pass.release {
@@ -145,6 +151,8 @@ impl Consumers {
     fn ended(&mut self, held: &Held) -> Option<u64> {
         let key = held.key();
         if self.running.get(key).is_some_and(|r| r.held.id() == held.id()) {
+            let processor = &self.template.processor;
+            self.template.metrics.shard(key).forget(processor.hash(), processor.contract_version());
             return self.running.remove(key).map(|done| done.delivered.load(Ordering::Relaxed));
         }
         None
@@ -181,10 +189,25 @@ pub async fn run(
             Some(KinesisSubscriptions { client: clients.kinesis.clone(), consumer_arn, stream: config.stream.clone() })
         }
     };
+    let metrics = Arc::new(Metrics::new(&config.stream, &me));
+    let health = Arc::new(Health::new(coordinator.liveness(), failover));
+    let admin = match config.admin_listen {
+        Some(address) => {
+            let listener = TcpListener::bind(address).await.map_err(|e| {
+                WorkerError::Refused(format!("cannot listen on --admin-listen {address}: {e}; choose a free address and port"))
+            })?;
+            if !address.ip().is_loopback() {
+                tracing::warn!("the admin listener is on {address}, not a loopback address: anyone who can reach it can read /metrics");
+            }
+            tracing::info!("admin listener on http://{address} (/metrics, /healthz)");
+            Some(tokio::spawn(admin::serve(listener, metrics.clone(), health.clone())))
+        }
+        None => None,
+    };
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
     let shard_sync_interval = config.shard_sync_interval;
     let mut consumers = Consumers {
-        template: Template { processor, kinesis: clients.kinesis.clone(), config, fan_out },
+        template: Template { processor, kinesis: clients.kinesis.clone(), config, fan_out, metrics: metrics.clone() },
         tasks: JoinSet::new(),
         running: BTreeMap::new(),
         ended: ended_tx,
@@ -202,6 +225,7 @@ pub async fn run(
         control.clone(),
         me.clone(),
         coordinator.liveness(),
+        metrics.clone(),
         failover / 3,
     ));
     let poll = control::poll_interval(failover);
@@ -214,6 +238,8 @@ pub async fn run(
     let mut refused = None;
 
     loop {
+        health.loop_ran();
+        metrics.leases_held(consumers.running.len());
         // Java KCL's taker interval: the heartbeats already bring a pass at
         // once when a worker dies, stops or joins.
         let next_pass = last_pass + if short { poll } else { failover * 2 };
@@ -324,6 +350,9 @@ pub async fn run(
             tracing::warn!(shard = %key, "could not release the lease (it will expire): {e}");
         }
     }
+    if let Some(admin) = admin {
+        admin.abort();
+    }
     // The others notice at their next heartbeat read and take the leases.
     if let Err(e) = control.leave(&me).await {
         tracing::warn!("could not delete this worker's heartbeat row (the others see it die instead): {e}");
@@ -345,10 +374,18 @@ async fn beat(control: &ControlTable, me: &str, liveness: &Liveness) -> Result<(
 }
 
 /// Writes the heartbeat and renews the held leases every `period`, until aborted.
-async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, control: ControlTable, me: String, liveness: Arc<Liveness>, period: Duration) {
+async fn renew_every<S: LeaseStore>(
+    renewer: Renewer<S>,
+    control: ControlTable,
+    me: String,
+    liveness: Arc<Liveness>,
+    metrics: Arc<Metrics>,
+    period: Duration,
+) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.reset();
+    let mut failed = 0;
     loop {
         tick.tick().await;
         let (beaten, lost) = tokio::join!(beat(&control, &me, &liveness), renewer.renew_all());
@@ -356,8 +393,13 @@ async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, control: ControlTable, 
             tracing::warn!("could not write the heartbeat (the leases stop being valid if this goes on): {e}");
         }
         for held in lost {
+            metrics.lease_lost();
             tracing::warn!(shard = %held.key(), "lease lost; stopping delivery");
         }
+        for _ in failed..renewer.failed() {
+            metrics.renewal_failed();
+        }
+        failed = renewer.failed();
     }
 }
 

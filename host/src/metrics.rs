@@ -1,0 +1,229 @@
+//! The worker's Prometheus metrics. Every series carries the `stream` and
+//! `worker` labels; per-shard series also `shard`, and go away when this
+//! worker's lease on the shard does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::runtime::CallError;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabels {
+    shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    shard: String,
+    /// retryable, fatal, trap, deadline, memory, withdrawn.
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    shard: String,
+    /// Short SHA-256 of the component.
+    processor: String,
+    /// The `kcl:processor` contract version it implements.
+    contract: &'static str,
+}
+
+type Histograms = Family<ShardLabels, Histogram, fn() -> Histogram>;
+
+/// Every metric of one worker.
+pub struct Metrics {
+    registry: Registry,
+    records: Family<ShardLabels, Counter>,
+    bytes: Family<ShardLabels, Counter>,
+    batches: Family<ShardLabels, Counter>,
+    millis_behind: Family<ShardLabels, Gauge>,
+    call_seconds: Histograms,
+    guest_errors: Family<ErrorLabels, Counter>,
+    restarts: Family<ShardLabels, Counter>,
+    checkpoints_written: Family<ShardLabels, Counter>,
+    checkpoints_refused: Family<ShardLabels, Counter>,
+    get_records: Family<ShardLabels, Counter>,
+    throttles: Family<ShardLabels, Counter>,
+    version: Family<VersionLabels, Gauge>,
+    leases_held: Gauge,
+    leases_taken: Counter,
+    leases_stolen: Counter,
+    leases_lost: Counter,
+    renewals_failed: Counter,
+}
+
+fn call_histogram() -> Histogram {
+    // 0.1 ms to ~27 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 19))
+}
+
+impl Metrics {
+    pub fn new(stream: &str, worker: &str) -> Self {
+        let labels = [("stream".into(), stream.to_owned().into()), ("worker".into(), worker.to_owned().into())];
+        let mut registry = Registry::with_prefix_and_labels("kcl_host", labels.into_iter());
+        let metrics = Metrics {
+            records: Family::default(),
+            bytes: Family::default(),
+            batches: Family::default(),
+            millis_behind: Family::default(),
+            call_seconds: Family::new_with_constructor(call_histogram),
+            guest_errors: Family::default(),
+            restarts: Family::default(),
+            checkpoints_written: Family::default(),
+            checkpoints_refused: Family::default(),
+            get_records: Family::default(),
+            throttles: Family::default(),
+            version: Family::default(),
+            leases_held: Gauge::default(),
+            leases_taken: Counter::default(),
+            leases_stolen: Counter::default(),
+            leases_lost: Counter::default(),
+            renewals_failed: Counter::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register("records_processed", "Records delivered to the processor and acknowledged", metrics.records.clone());
+        r.register("bytes_processed", "Bytes of record data acknowledged", metrics.bytes.clone());
+        r.register("batches_processed", "Batches acknowledged", metrics.batches.clone());
+        r.register("millis_behind_latest", "How far the last batch was behind the shard's tip", metrics.millis_behind.clone());
+        r.register("process_records_seconds", "Duration of process-records calls", metrics.call_seconds.clone());
+        r.register("guest_errors", "Failed processor calls by kind", metrics.guest_errors.clone());
+        r.register("instance_restarts", "Processor instances restarted from the last checkpoint", metrics.restarts.clone());
+        r.register("checkpoints_written", "Checkpoints written to the lease table", metrics.checkpoints_written.clone());
+        r.register("checkpoints_refused", "Checkpoints refused (lease lost, invalid, table unavailable)", metrics.checkpoints_refused.clone());
+        r.register("get_records_calls", "GetRecords calls", metrics.get_records.clone());
+        r.register("get_records_throttles", "GetRecords calls throttled", metrics.throttles.clone());
+        r.register("processor_version", "1 for the processor each shard runs", metrics.version.clone());
+        r.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());
+        r.register("leases_taken", "Leases taken (free, expired or stolen)", metrics.leases_taken.clone());
+        r.register("leases_stolen", "Leases stolen to balance the load", metrics.leases_stolen.clone());
+        r.register("leases_lost", "Leases lost to another worker or to a missed renewal", metrics.leases_lost.clone());
+        r.register("renewals_failed", "Lease renewals that failed (the lease may still be valid)", metrics.renewals_failed.clone());
+        Metrics { registry, ..metrics }
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String");
+        text
+    }
+
+    /// The series of one shard.
+    pub fn shard(self: &Arc<Self>, shard: &str) -> ShardMetrics {
+        ShardMetrics { metrics: self.clone(), labels: ShardLabels { shard: shard.to_owned() } }
+    }
+
+    pub fn leases_held(&self, count: usize) {
+        self.leases_held.set(count as i64);
+    }
+
+    pub fn lease_taken(&self, stolen: bool) {
+        self.leases_taken.inc();
+        if stolen {
+            self.leases_stolen.inc();
+        }
+    }
+
+    pub fn lease_lost(&self) {
+        self.leases_lost.inc();
+    }
+
+    pub fn renewal_failed(&self) {
+        self.renewals_failed.inc();
+    }
+}
+
+/// One shard's series.
+#[derive(Clone)]
+pub struct ShardMetrics {
+    metrics: Arc<Metrics>,
+    labels: ShardLabels,
+}
+
+impl ShardMetrics {
+    /// A batch of `records` records (`bytes` of data) acknowledged after `took`.
+    pub fn processed(&self, records: usize, bytes: usize, took: Duration) {
+        let m = &self.metrics;
+        m.records.get_or_create(&self.labels).inc_by(records as u64);
+        m.bytes.get_or_create(&self.labels).inc_by(bytes as u64);
+        m.batches.get_or_create(&self.labels).inc();
+        m.call_seconds.get_or_create(&self.labels).observe(took.as_secs_f64());
+    }
+
+    pub fn millis_behind_latest(&self, millis: u64) {
+        self.metrics.millis_behind.get_or_create(&self.labels).set(millis as i64);
+    }
+
+    pub fn guest_error(&self, error: &CallError) {
+        let kind = match error {
+            CallError::Retryable(_) => "retryable",
+            CallError::Fatal(_) => "fatal",
+            CallError::Trap(_) => "trap",
+            CallError::DeadlineExceeded(_) => "deadline",
+            CallError::MemoryLimit(_) => "memory",
+            CallError::Withdrawn => "withdrawn",
+        };
+        self.metrics.guest_errors.get_or_create(&ErrorLabels { shard: self.labels.shard.clone(), kind }).inc();
+    }
+
+    pub fn restarted(&self) {
+        self.metrics.restarts.get_or_create(&self.labels).inc();
+    }
+
+    pub fn checkpoint(&self, written: bool) {
+        let family = if written { &self.metrics.checkpoints_written } else { &self.metrics.checkpoints_refused };
+        family.get_or_create(&self.labels).inc();
+    }
+
+    pub fn get_records(&self, calls: u64, throttles: u64) {
+        self.metrics.get_records.get_or_create(&self.labels).inc_by(calls);
+        self.metrics.throttles.get_or_create(&self.labels).inc_by(throttles);
+    }
+
+    pub fn version(&self, processor: &str, contract: &'static str) {
+        let labels = VersionLabels { shard: self.labels.shard.clone(), processor: processor.to_owned(), contract };
+        self.metrics.version.get_or_create(&labels).set(1);
+    }
+
+    /// Removes every series of the shard: its lease is gone from this worker.
+    pub fn forget(&self, processor: &str, contract: &'static str) {
+        let m = &self.metrics;
+        for family in [&m.records, &m.bytes, &m.batches, &m.restarts, &m.checkpoints_written, &m.checkpoints_refused, &m.get_records, &m.throttles] {
+            family.remove(&self.labels);
+        }
+        m.millis_behind.remove(&self.labels);
+        m.call_seconds.remove(&self.labels);
+        for kind in ["retryable", "fatal", "trap", "deadline", "memory", "withdrawn"] {
+            m.guest_errors.remove(&ErrorLabels { shard: self.labels.shard.clone(), kind });
+        }
+        m.version.remove(&VersionLabels { shard: self.labels.shard.clone(), processor: processor.to_owned(), contract });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_series_goes_away_when_forgotten() {
+        let metrics = Arc::new(Metrics::new("orders", "w1"));
+        let shard = metrics.shard("shardId-000000000001");
+        shard.processed(3, 30, Duration::from_millis(2));
+        shard.version("abc123", "0.2.0");
+        metrics.leases_held(1);
+        let text = metrics.encode();
+        assert!(text.contains(r#"kcl_host_records_processed_total{stream="orders",worker="w1",shard="shardId-000000000001"} 3"#), "{text}");
+        assert!(text.contains(r#"kcl_host_leases_held{stream="orders",worker="w1"} 1"#), "{text}");
+        shard.forget("abc123", "0.2.0");
+        let text = metrics.encode();
+        assert!(!text.contains("shardId-000000000001"), "{text}");
+    }
+}
