@@ -643,3 +643,67 @@ async fn metrics_show_what_a_worker_processed_and_drop_a_shard_it_gave_away() {
     let (b, log_b) = second.interrupt().await;
     assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
 }
+
+#[tokio::test]
+async fn status_shows_each_kind_of_row_in_text_and_json() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let aws = clients().await;
+    let application = unique("status-app");
+    let seq = "49590338271490256608559692538361571095921575989136588898";
+    let row = |key: &str, owner: Option<&str>, checkpoint: Checkpoint, parents: &[&str]| Lease {
+        owner: owner.map(str::to_owned),
+        counter: 41,
+        ..Lease::new(key, checkpoint, parents.iter().map(|p| p.to_string()).collect())
+    };
+    let rows = [
+        row("a-finished", None, Checkpoint::ShardEnd, &[]),
+        row("b-open", Some("kcl-1"), Checkpoint::TrimHorizon, &[]),
+        row("c-child", None, Checkpoint::TrimHorizon, &["b-open"]),
+        row("d-free", None, Checkpoint::Latest, &[]),
+        // As Java KCL writes it: an owner with no heartbeat row, a checkpoint inside an aggregate.
+        row("e-java", Some("java-host:1234"), Checkpoint::parse(seq, 3).unwrap(), &[]),
+        row("f-stale", Some("kcl-dead"), Checkpoint::TrimHorizon, &[]),
+    ];
+    write_leases(&aws.dynamodb, &application, &rows).await;
+    let control = kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), &application);
+    control.ensure().await.unwrap();
+    control.beat("kcl-1").await.unwrap();
+    let long_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() - 60_000;
+    aws.dynamodb
+        .put_item()
+        .table_name(format!("{application}-KclHostControl"))
+        .item("key", AttributeValue::S("worker/kcl-dead".into()))
+        .item("heartbeat", AttributeValue::N("7".into()))
+        .item("beatMillis", AttributeValue::N(long_ago.to_string()))
+        .send()
+        .await
+        .unwrap();
+
+    let (code, text) = run_to_exit(&["status", "--application", &application], &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let state = |shard: &str| -> String {
+        let line = text.lines().find(|l| l.starts_with(shard)).unwrap_or_else(|| panic!("no {shard} in:\n{text}"));
+        line.split_whitespace().nth(1).unwrap().to_owned()
+    };
+    assert_eq!(state("a-finished"), "SHARD_END");
+    assert_eq!(state("b-open"), "processing");
+    assert_eq!(state("c-child"), "waiting");
+    assert_eq!(state("d-free"), "unassigned");
+    assert_eq!(state("e-java"), "owned");
+    assert_eq!(state("f-stale"), "expired");
+    assert!(text.lines().any(|l| l.starts_with("e-java") && l.contains("/3") && l.contains("java-host:1234")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("java-host:1234") && l.contains("none (not kcl-host)")), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
+
+    let (code, json) = run_to_exit(&["status", "--application", &application, "--json"], &[]).await;
+    assert_eq!(code, 0, "{json}");
+    let report: serde_json::Value = serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let shards = report["shards"].as_array().unwrap();
+    let by_name = |name: &str| shards.iter().find(|s| s["shard"] == name).unwrap().clone();
+    assert_eq!(by_name("e-java")["state"], "owned");
+    assert_eq!(by_name("e-java")["sub_sequence_number"], 3);
+    assert_eq!(by_name("c-child")["state"], "waiting-for-parents");
+    assert_eq!(by_name("f-stale")["state"], "expired");
+    let workers = report["workers"].as_array().unwrap();
+    assert!(workers.iter().any(|w| w["worker"] == "kcl-1" && w["leases"] == 1 && w["heartbeat_age_ms"].is_u64()), "{json}");
+}

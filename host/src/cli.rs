@@ -48,6 +48,42 @@ pub enum Command {
         Input: one JSON object per line with `data` (UTF-8 text) or `data_base64`, and optionally\n\
         `partition_key`, `sequence_number` (increasing) and `arrival` (RFC 3339).")]
     Replay(ReplayArgs),
+    /// Show an application's shards and workers, from its lease table (Java
+    /// KCL's too) and the kcl-host control table.
+    #[command(after_help = "Examples:\n  \
+        kcl-host status --application orders-totals\n  \
+        kcl-host status --application orders-totals --watch 2s\n  \
+        kcl-host status --application orders-totals --lag --stream orders --json")]
+    Status(StatusArgs),
+}
+
+/// `kcl-host status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Application name (the lease table).
+    #[arg(long, env = "KCL_HOST_APPLICATION")]
+    pub application: String,
+    /// Print JSON for scripts instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh every interval, like 2s, until interrupted.
+    #[arg(long)]
+    pub watch: Option<String>,
+    /// Also show how far each checkpoint is behind the shard's tip (reads Kinesis; needs --stream).
+    #[arg(long, requires = "stream")]
+    pub lag: bool,
+    /// The stream, for --lag.
+    #[arg(long, env = "KCL_HOST_STREAM")]
+    pub stream: Option<String>,
+    /// A heartbeat older than this counts as stopped (the workers' --failover-time) [default: 10s].
+    #[arg(long, env = "KCL_HOST_FAILOVER_TIME")]
+    pub failover_time: Option<String>,
+    /// AWS region (else AWS_REGION or the profile's).
+    #[arg(long, env = "KCL_HOST_REGION")]
+    pub region: Option<String>,
+    /// AWS profile (else AWS_PROFILE).
+    #[arg(long, env = "KCL_HOST_PROFILE")]
+    pub profile: Option<String>,
 }
 
 /// `kcl-host run`. Settings left out here come from the config file, then defaults.

@@ -276,7 +276,9 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     }
 }
 
-fn duration(setting: &'static str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
+/// `value` read as a duration with a unit (`500ms`, `10s`, `2m`, `1h`), or
+/// `default` when there is none.
+pub fn duration(setting: &'static str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
     let Some(text) = value else { return Ok(default) };
     let invalid = |reason: &str| ConfigError::Invalid { setting, value: text.to_owned(), reason: reason.to_owned() };
     match parse_duration(text) {

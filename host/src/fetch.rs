@@ -63,7 +63,7 @@ pub trait Read: Send + 'static {
 /// processed and the next one), each at most 10 MB / `max_records` records.
 pub fn prefetch(mut reader: impl Read) -> Prefetch {
     let (tx, batches) = mpsc::channel(1);
-    let task = tokio::spawn(async move {
+    let read_ahead = async move {
         loop {
             // Read only once the previous batch was taken by the caller.
             let Ok(slot) = tx.reserve().await else { return };
@@ -74,7 +74,8 @@ pub fn prefetch(mut reader: impl Read) -> Prefetch {
                 return;
             }
         }
-    });
+    };
+    let task = tokio::spawn(tracing::Instrument::in_current_span(read_ahead));
     Prefetch { batches, task }
 }
 
@@ -265,6 +266,22 @@ impl Drop for Prefetch {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// How far `start` is behind the shard's tip: one GetRecords of one record.
+/// `None` for a shard no longer in the stream.
+pub async fn millis_behind(client: &Client, stream: &str, shard: &str, start: StartingPosition) -> Result<Option<u64>, AwsError> {
+    let settings = FetchSettings { max_records: 1, ..FetchSettings::default() };
+    let mut fetcher = Fetcher::new(client.clone(), stream, shard, start, None, settings);
+    let Some(iterator) = fetcher.shard_iterator().await? else { return Ok(None) };
+    let output = client
+        .get_records()
+        .shard_iterator(iterator)
+        .limit(1)
+        .send()
+        .await
+        .map_err(|e| AwsError::from_sdk(Service::Kinesis, "GetRecords", stream, e))?;
+    Ok(Some(output.millis_behind_latest().unwrap_or(0).max(0) as u64))
 }
 
 impl Read for Fetcher {

@@ -18,4 +18,5 @@ pub mod records;
 pub mod replay;
 pub mod runtime;
 pub mod shard;
+pub mod status;
 pub mod worker;

@@ -4,11 +4,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kcl_host::aws::{AwsClients, AwsError};
-use kcl_host::cli::{Cli, Command, LogFormat, ReplayArgs, RunArgs};
-use kcl_host::config::{Layer, WorkerConfig};
+use kcl_host::cli::{Cli, Command, LogFormat, ReplayArgs, RunArgs, StatusArgs};
+use kcl_host::config::{duration, Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
 use kcl_host::runtime::bindings::ShardInfo;
 use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
+use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -17,13 +18,15 @@ fn main() -> ExitCode {
     let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
-        LogFormat::Json => log.json().flatten_event(true).with_current_span(false).init(),
+        // Flat: the event's fields, and the worker's span's (`worker`) under `span`.
+        LogFormat::Json => log.json().flatten_event(true).with_current_span(true).with_span_list(false).init(),
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("starting tokio");
     let result = runtime.block_on(async {
         match cli.command {
             Command::Replay(args) => run_replay(args).await,
             Command::Run(args) => run_worker(args).await,
+            Command::Status(args) => run_status(args).await,
         }
     });
     match result {
@@ -87,7 +90,8 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     );
     let aws = config.aws.clone();
     let requests = clients.requests.clone();
-    let summary = kcl_host::worker::run(config, clients, processor, shutdown).await.map_err(|e| match e.aws() {
+    let span = tracing::info_span!("worker", worker = %config.worker_id);
+    let summary = kcl_host::worker::run(config, clients, processor, shutdown).instrument(span).await.map_err(|e| match e.aws() {
         Some(AwsError::Unreachable { service, .. }) => format!("{e}; the endpoint is {}", aws.endpoint_origin(*service)),
         _ => e.to_string(),
     })?;
@@ -101,6 +105,35 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     let requests: Vec<String> = requests.snapshot().iter().map(|(op, n)| format!("{op}={n}")).collect();
     tracing::info!("requests sent: {}", requests.join(" "));
     Ok(())
+}
+
+async fn run_status(args: StatusArgs) -> Result<(), String> {
+    let settings = kcl_host::aws::AwsSettings { region: args.region.clone(), profile: args.profile.clone(), ..Default::default() };
+    let clients = AwsClients::from_env(&settings).await.map_err(|e| e.to_string())?;
+    let default_failover = kcl_host::lease::rules::TakeSettings::default().failover_time;
+    let failover = duration("failover_time", args.failover_time.as_deref(), default_failover).map_err(|e| e.to_string())?;
+    let every = match &args.watch {
+        Some(text) => Some(duration("watch", Some(text), Default::default()).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    loop {
+        let mut report = kcl_host::status::read(&clients, &args.application, failover).await.map_err(|e| e.to_string())?;
+        if let (true, Some(stream)) = (args.lag, &args.stream) {
+            kcl_host::status::add_lag(&mut report, &clients, stream).await.map_err(|e| e.to_string())?;
+        }
+        let text = if args.json {
+            serde_json::to_string_pretty(&report).expect("the report serializes")
+        } else {
+            kcl_host::status::render(&report)
+        };
+        let Some(every) = every else {
+            println!("{text}");
+            return Ok(());
+        };
+        // Clear the terminal and draw again, until interrupted.
+        print!("\x1b[2J\x1b[H{text}");
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed at once, so a

@@ -38,6 +38,15 @@ pub fn poll_interval(failover_time: Duration) -> Duration {
     (failover_time / 4).min(Duration::from_millis(500))
 }
 
+/// One worker's heartbeat row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub worker: String,
+    pub heartbeat: u64,
+    /// The worker's clock at its last beat, in milliseconds since the Unix epoch.
+    pub beat_ms: Option<u64>,
+}
+
 /// The control table of one application.
 #[derive(Clone, Debug)]
 pub struct ControlTable {
@@ -101,6 +110,11 @@ impl ControlTable {
     /// Every worker's heartbeat counter, read strongly consistent: a stale
     /// read could make a live worker look dead.
     pub async fn heartbeats(&self) -> Result<Vec<(String, u64)>, LeaseError> {
+        Ok(self.rows().await?.into_iter().map(|row| (row.worker, row.heartbeat)).collect())
+    }
+
+    /// Every worker's heartbeat row.
+    pub async fn rows(&self) -> Result<Vec<Heartbeat>, LeaseError> {
         let mut beats = Vec::new();
         let mut pages = self.table.client.scan().table_name(&self.table.name).consistent_read(true).into_paginator().send();
         while let Some(page) = pages.next().await {
@@ -113,8 +127,12 @@ impl ControlTable {
                 let (Some(worker), Some(AttributeValue::N(n))) = (key.strip_prefix(WORKER), item.get("heartbeat")) else {
                     continue;
                 };
-                if let Ok(n) = n.parse() {
-                    beats.push((worker.to_owned(), n));
+                let beat_ms = match item.get("beatMillis") {
+                    Some(AttributeValue::N(ms)) => ms.parse().ok(),
+                    _ => None,
+                };
+                if let Ok(heartbeat) = n.parse() {
+                    beats.push(Heartbeat { worker: worker.to_owned(), heartbeat, beat_ms });
                 }
             }
         }

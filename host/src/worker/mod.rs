@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::aws::{AwsClients, AwsError};
 use crate::config::{Retrieval, WorkerConfig};
@@ -124,10 +125,14 @@ impl Consumers {
         let ended = self.ended.clone();
         tracing::info!(shard = %key, "processing");
         self.running.insert(key, Running { held: held.clone(), delivered, stop });
-        self.tasks.spawn(async move {
-            let outcome = consumer.run().await;
-            let _ = ended.send((held, outcome));
-        });
+        // In the worker's span: every line of the shard names the worker.
+        self.tasks.spawn(
+            async move {
+                let outcome = consumer.run().await;
+                let _ = ended.send((held, outcome));
+            }
+            .in_current_span(),
+        );
     }
 
     /// Starts consumers for what a pass took and stops those of the leases
@@ -200,7 +205,7 @@ pub async fn run(
                 tracing::warn!("the admin listener is on {address}, not a loopback address: anyone who can reach it can read /metrics");
             }
             tracing::info!("admin listener on http://{address} (/metrics, /healthz)");
-            Some(tokio::spawn(admin::serve(listener, metrics.clone(), health.clone())))
+            Some(tokio::spawn(admin::serve(listener, metrics.clone(), health.clone()).in_current_span()))
         }
         None => None,
     };
@@ -220,14 +225,10 @@ pub async fn run(
     tracing::info!(leases = consumers.running.len(), "first lease pass done in {:?}", started.elapsed());
 
     // Renewals in a task of their own: no take pass or shard sync delays them.
-    let renewals = tokio::spawn(renew_every(
-        coordinator.renewer(failover / 3),
-        control.clone(),
-        me.clone(),
-        coordinator.liveness(),
-        metrics.clone(),
-        failover / 3,
-    ));
+    let renewals = tokio::spawn(
+        renew_every(coordinator.renewer(failover / 3), control.clone(), me.clone(), coordinator.liveness(), metrics.clone(), failover / 3)
+            .in_current_span(),
+    );
     let poll = control::poll_interval(failover);
     let mut next_poll = Instant::now() + poll;
     let mut last_pass = Instant::now();

@@ -1,0 +1,221 @@
+//! `kcl-host status`: the lease table (and the control table's heartbeats)
+//! as an operator reads them — per shard its state, owner, checkpoint and
+//! counter, per worker its leases — as text that fits 100 columns, or JSON.
+//! It reads tables written by Java KCL too: owners without a heartbeat row
+//! show as `owned`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::aws::AwsClients;
+use crate::fetch::StartingPosition;
+use crate::lease::control::ControlTable;
+use crate::lease::dynamo::DynamoStore;
+use crate::lease::rules::is_ready;
+use crate::lease::{Checkpoint, LeaseError, LeaseStore};
+
+/// The state of one shard, as the tables show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// Owned by a kcl-host worker whose heartbeat is current.
+    Processing,
+    /// Owned by a worker without a heartbeat row (Java KCL, say).
+    Owned,
+    /// Owned by a kcl-host worker whose heartbeat stopped: it will be taken.
+    Expired,
+    /// Nobody holds it; the next take pass of any worker will.
+    Unassigned,
+    /// A parent is not at `SHARD_END` yet.
+    WaitingForParents,
+    ShardEnd,
+}
+
+impl State {
+    fn label(self) -> &'static str {
+        match self {
+            State::Processing => "processing",
+            State::Owned => "owned",
+            State::Expired => "expired",
+            State::Unassigned => "unassigned",
+            State::WaitingForParents => "waiting",
+            State::ShardEnd => "SHARD_END",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ShardRow {
+    pub shard: String,
+    pub state: State,
+    pub owner: Option<String>,
+    pub checkpoint: String,
+    pub sub_sequence_number: u64,
+    pub counter: u64,
+    pub parents: Vec<String>,
+    /// With `--lag`: how far the checkpoint is behind the shard's tip.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkerRow {
+    pub worker: String,
+    pub leases: usize,
+    /// Since the worker's last heartbeat; `None` for a worker without one.
+    pub heartbeat_age_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub application: String,
+    pub shards: Vec<ShardRow>,
+    pub workers: Vec<WorkerRow>,
+    /// Rows that are not leases (left as they are).
+    pub unreadable: Vec<String>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// Reads both tables. A heartbeat older than `failover_time` counts as stopped.
+pub async fn read(clients: &AwsClients, application: &str, failover_time: Duration) -> Result<Report, LeaseError> {
+    let scan = DynamoStore::new(clients.dynamodb.clone(), application).scan().await?;
+    let heartbeats = match ControlTable::new(clients.dynamodb.clone(), application).rows().await {
+        Ok(rows) => rows,
+        // A table only Java KCL (or an older kcl-host) has used.
+        Err(LeaseError::Aws(crate::aws::AwsError::TableMissing(_))) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let now = now_ms();
+    let ages: HashMap<&str, Option<u64>> =
+        heartbeats.iter().map(|h| (h.worker.as_str(), h.beat_ms.map(|ms| now.saturating_sub(ms)))).collect();
+    let by_key = scan.leases.iter().map(|l| (l.key.as_str(), l)).collect();
+    let mut leases_per_worker: BTreeMap<String, usize> = heartbeats.iter().map(|h| (h.worker.clone(), 0)).collect();
+    let mut shards: Vec<ShardRow> = scan
+        .leases
+        .iter()
+        .map(|lease| {
+            if let Some(owner) = &lease.owner {
+                *leases_per_worker.entry(owner.clone()).or_default() += 1;
+            }
+            let state = if lease.is_finished() {
+                State::ShardEnd
+            } else if !is_ready(lease, &by_key) {
+                State::WaitingForParents
+            } else {
+                match lease.owner.as_deref().map(|o| ages.get(o)) {
+                    None => State::Unassigned,
+                    Some(None) => State::Owned,
+                    Some(Some(age)) if age.is_some_and(|a| a > failover_time.as_millis() as u64) => State::Expired,
+                    Some(Some(_)) => State::Processing,
+                }
+            };
+            ShardRow {
+                shard: lease.key.clone(),
+                state,
+                owner: lease.owner.clone(),
+                checkpoint: lease.checkpoint.as_column().to_owned(),
+                sub_sequence_number: lease.checkpoint.sub_sequence_column(),
+                counter: lease.counter,
+                parents: lease.parents.iter().cloned().collect(),
+                lag_ms: None,
+            }
+        })
+        .collect();
+    shards.sort_by(|a, b| a.shard.cmp(&b.shard));
+    let workers = leases_per_worker
+        .into_iter()
+        .map(|(worker, leases)| WorkerRow { heartbeat_age_ms: ages.get(worker.as_str()).copied().flatten(), worker, leases })
+        .collect();
+    Ok(Report { application: application.to_owned(), shards, workers, unreadable: scan.unreadable.into_iter().collect() })
+}
+
+/// Fills `lag_ms` for every shard being processed: one GetRecords from just
+/// after its checkpoint says how far that is behind the tip.
+pub async fn add_lag(report: &mut Report, clients: &AwsClients, stream: &str) -> Result<(), crate::aws::AwsError> {
+    for row in report.shards.iter_mut().filter(|r| r.state != State::ShardEnd) {
+        let start = match Checkpoint::parse(&row.checkpoint, row.sub_sequence_number) {
+            Some(Checkpoint::At(position)) => StartingPosition::After(position.sequence_number().to_owned()),
+            _ => StartingPosition::TrimHorizon,
+        };
+        row.lag_ms = crate::fetch::millis_behind(&clients.kinesis, stream, &row.shard, start).await?;
+    }
+    Ok(())
+}
+
+/// `n` characters of `text` at most, the middle elided.
+fn fit(text: &str, n: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= n {
+        return text.to_owned();
+    }
+    let head = (n - 1) / 2;
+    let tail = n - 1 - head;
+    chars[..head].iter().chain(['…'].iter()).chain(chars[chars.len() - tail..].iter()).collect()
+}
+
+/// The report as text, at most 100 columns wide.
+pub fn render(report: &Report) -> String {
+    let lag = report.shards.iter().any(|r| r.lag_ms.is_some());
+    let mut out = format!("{} — {} shards, {} workers\n", report.application, report.shards.len(), report.workers.len());
+    out.push_str(&format!("{:<21} {:<10} {:<22} {:<26} {:>8}", "SHARD", "STATE", "OWNER", "CHECKPOINT", "COUNTER"));
+    out.push_str(if lag { "      LAG\n" } else { "\n" });
+    for row in &report.shards {
+        let checkpoint = match row.sub_sequence_number {
+            0 => row.checkpoint.clone(),
+            sub => format!("{}/{sub}", row.checkpoint),
+        };
+        out.push_str(&format!(
+            "{:<21} {:<10} {:<22} {:<26} {:>8}",
+            fit(&row.shard, 21),
+            row.state.label(),
+            fit(row.owner.as_deref().unwrap_or("-"), 22),
+            fit(&checkpoint, 26),
+            row.counter
+        ));
+        if lag {
+            out.push_str(&row.lag_ms.map_or("        -".to_owned(), |ms| format!(" {:>7}ms", ms)));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!("\n{:<40} {:>6}  {}\n", "WORKER", "LEASES", "HEARTBEAT"));
+    for worker in &report.workers {
+        let beat = worker.heartbeat_age_ms.map_or("none (not kcl-host)".to_owned(), |ms| format!("{:.1}s ago", ms as f64 / 1000.0));
+        out.push_str(&format!("{:<40} {:>6}  {beat}\n", fit(&worker.worker, 40), worker.leases));
+    }
+    for key in &report.unreadable {
+        out.push_str(&format!("unreadable row: {key} (left as it is)\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sixty_four_shards_fit_a_hundred_columns() {
+        let shards = (0..64)
+            .map(|i| ShardRow {
+                shard: format!("shardId-{i:012}"),
+                state: State::WaitingForParents,
+                owner: Some("ip-10-0-0-1.eu-west-1.compute.internal-12345-abcd".into()),
+                checkpoint: "49590338271490256608559692538361571095921575989136588898".into(),
+                sub_sequence_number: 12,
+                counter: 123_456_789,
+                parents: vec![],
+                lag_ms: Some(1_234_567),
+            })
+            .collect();
+        let workers = vec![WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500) }];
+        let text = render(&Report { application: "orders".into(), shards, workers, unreadable: vec![] });
+        assert_eq!(text.lines().filter(|l| l.starts_with("shardId-")).count(), 64);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+        }
+    }
+}
