@@ -162,7 +162,7 @@ fn fit(text: &str, n: usize) -> String {
 pub fn render(report: &Report) -> String {
     let lag = report.shards.iter().any(|r| r.lag_ms.is_some());
     let mut out = format!("{} — {} shards, {} workers\n", report.application, report.shards.len(), report.workers.len());
-    out.push_str(&format!("{:<21} {:<10} {:<22} {:<26} {:>8}", "SHARD", "STATE", "OWNER", "CHECKPOINT", "COUNTER"));
+    out.push_str(&format!("{:<21} {:<10} {:<20} {:<24} {:>8}", "SHARD", "STATE", "OWNER", "CHECKPOINT", "COUNTER"));
     out.push_str(if lag { "      LAG\n" } else { "\n" });
     for row in &report.shards {
         let checkpoint = match row.sub_sequence_number {
@@ -170,11 +170,11 @@ pub fn render(report: &Report) -> String {
             sub => format!("{}/{sub}", row.checkpoint),
         };
         out.push_str(&format!(
-            "{:<21} {:<10} {:<22} {:<26} {:>8}",
+            "{:<21} {:<10} {:<20} {:<24} {:>8}",
             fit(&row.shard, 21),
             row.state.label(),
-            fit(row.owner.as_deref().unwrap_or("-"), 22),
-            fit(&checkpoint, 26),
+            fit(row.owner.as_deref().unwrap_or("-"), 20),
+            fit(&checkpoint, 24),
             row.counter
         ));
         if lag {
