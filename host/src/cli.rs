@@ -55,6 +55,24 @@ pub enum Command {
         kcl-host status --application orders-totals --watch 2s\n  \
         kcl-host status --application orders-totals --lag --stream orders --json")]
     Status(StatusArgs),
+    /// Make a processor project that builds and replays as created.
+    #[command(after_help = "Examples:\n  \
+        kcl-host init orders-totals --lang rust\n  \
+        kcl-host init orders-totals --lang go")]
+    Init(InitArgs),
+}
+
+/// `kcl-host init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The project's directory (its last part names the processor).
+    pub name: PathBuf,
+    /// The processor's language.
+    #[arg(long, value_enum)]
+    pub lang: crate::init::Lang,
+    /// The kcl-host checkout whose SDK the project uses [default: the one this kcl-host was built from].
+    #[arg(long)]
+    pub sdk: Option<PathBuf>,
 }
 
 /// `kcl-host status`.

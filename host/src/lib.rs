@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod fanout;
 pub mod fetch;
+pub mod init;
 pub mod lease;
 pub mod metrics;
 pub mod records;

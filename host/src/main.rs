@@ -27,6 +27,15 @@ fn main() -> ExitCode {
             Command::Replay(args) => run_replay(args).await,
             Command::Run(args) => run_worker(args).await,
             Command::Status(args) => run_status(args).await,
+            Command::Init(args) => {
+                let sdk = args.sdk.unwrap_or_else(kcl_host::init::default_sdk_root);
+                let files = kcl_host::init::create(&args.name, args.lang, &sdk).map_err(|e| e.to_string())?;
+                for file in files {
+                    println!("created {}", file.display());
+                }
+                println!("next: see {}", args.name.join("README.md").display());
+                Ok(())
+            }
         }
     });
     match result {

@@ -1,0 +1,50 @@
+//! `kcl-host init` as a processor author runs it: each language's project
+//! builds with its README's command and replays its sample records.
+
+use std::path::Path;
+use std::process::Command;
+
+fn kcl_host(args: &[&str], dir: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_kcl-host")).args(args).current_dir(dir).env("NO_COLOR", "1").output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "kcl-host {args:?}:\n{text}");
+    text
+}
+
+fn run(command: &mut Command) {
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{command:?}:\n{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+}
+
+/// The sample has two JSON records and one that is not: all three are
+/// processed, one checkpoint at the end.
+fn assert_replays(wasm: &Path, project: &Path) {
+    let text = kcl_host(&["replay", wasm.to_str().unwrap(), "--input", "records.jsonl"], project);
+    assert!(text.contains("replayed 3 records in 1 batches"), "{text}");
+    assert!(text.contains("1 checkpoints"), "{text}");
+    assert!(text.contains("3 records, 1 not JSON"), "{text}");
+}
+
+#[test]
+fn a_rust_project_builds_and_replays_as_created() {
+    let dir = tempfile::tempdir().unwrap();
+    kcl_host(&["init", "orders-totals", "--lang", "rust"], dir.path());
+    let project = dir.path().join("orders-totals");
+    // The README's build, with a target directory kept between test runs.
+    let target = std::env::temp_dir().join("kcl-host-init-target");
+    run(Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+        .args(["build", "--quiet", "--target", "wasm32-wasip2", "--release"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(&project));
+    assert_replays(&target.join("wasm32-wasip2/release/orders_totals.wasm"), &project);
+}
+
+#[test]
+fn a_go_project_builds_and_replays_as_created() {
+    let dir = tempfile::tempdir().unwrap();
+    kcl_host(&["init", "orders-totals", "--lang", "go"], dir.path());
+    let project = dir.path().join("orders-totals");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-go.sh");
+    run(Command::new("bash").arg(script).args([".", "orders-totals.wasm"]).current_dir(&project));
+    assert_replays(&project.join("orders-totals.wasm"), &project);
+}
