@@ -6,7 +6,8 @@
 //! - SIGTERM of one → the same, after a graceful stop.
 //!
 //! Then DynamoDB requests per lease-minute: 64 leases, 2 workers, failover
-//! 10 s, counted by each worker's SDK interceptor (its exit line).
+//! 10 s, counted by each worker's SDK interceptor (its exit line); and a
+//! hot swap of 100 shards on one worker.
 //!
 //! Run with `bash scripts/servers.sh start && source .servers/env &&
 //! cargo bench -p kcl-host --bench handoff`; figures go in docs/BENCHMARKS.md.
@@ -124,7 +125,40 @@ async fn request_rates(steady: Duration) {
     println!("  all DynamoDB                 {dynamodb:>7} requests  {:>6.2} per lease-minute", dynamodb as f64 / lease_minutes);
 }
 
-/// `cargo bench --bench handoff [-- handoffs|requests]`: both parts, or one.
+/// Hot swap of 100 shards on one worker: SIGHUP → every shard on the new
+/// processor, and how many records were delivered again.
+async fn swap() {
+    const SHARDS: usize = 100;
+    const SIGHUP: i32 = 1;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-swap"), SHARDS as i32).await;
+    let dir = std::env::temp_dir().join(unique("bench-swap"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("processor.wasm");
+    std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
+    let application = unique("bench-swap-app");
+    let cache = std::env::temp_dir().join("kcl-host-bench-cache").display().to_string();
+    let processor = path.display().to_string();
+    let mut host = KclHost::spawn(
+        env!("CARGO_BIN_EXE_kcl-host").as_ref(),
+        &["run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms", "--cache-dir", &cache],
+    );
+    host.wait_for("every shard", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= SHARDS).await;
+    std::fs::copy(kcl_testkit::guest("tagged"), &path).unwrap();
+    let signalled = Instant::now();
+    host.signal(SIGHUP);
+    host.wait_for("every shard swapped", LIMIT, |log| log.iter().filter(|l| l.contains("swapped the processor")).count() >= SHARDS).await;
+    let took = signalled.elapsed().as_secs_f64();
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let again: usize = log
+        .iter()
+        .filter_map(|l| l.split_once("swapped the processor; ")?.1.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    println!("swap of {SHARDS} shards on one worker: SIGHUP -> all on the new processor {took:.2} s; {again} records delivered again");
+}
+
+/// `cargo bench --bench handoff [-- handoffs|requests|swap]`: every part, or some.
 #[tokio::main]
 async fn main() {
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -136,5 +170,8 @@ async fn main() {
     }
     if wanted("requests") {
         request_rates(Duration::from_secs(120)).await;
+    }
+    if wanted("swap") {
+        swap().await;
     }
 }

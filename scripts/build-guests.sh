@@ -20,7 +20,7 @@ fi
 guests=(noop counter json-aggregate)
 packages=()
 for g in "${guests[@]}"; do packages+=(-p "kcl-example-$g"); done
-packages+=(-p kcl-test-guest-faulty)
+packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged)
 cargo build --quiet --target wasm32-wasip2 --profile guest "${packages[@]}"
 
 target=${CARGO_TARGET_DIR:-$root/target}
@@ -29,6 +29,7 @@ for g in "${guests[@]}"; do
   cp "$target/wasm32-wasip2/guest/kcl_example_${g//-/_}.wasm" "examples/build/$g.wasm"
 done
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_faulty.wasm" examples/build/faulty.wasm
+cp "$target/wasm32-wasip2/guest/kcl_test_guest_tagged.wasm" examples/build/tagged.wasm
 # Apart, and after the copies: built with the others, cargo would unify
 # features and give it the JSON example's 0.2 export too; and building it
 # rebuilds that example without its export (so it is copied first).

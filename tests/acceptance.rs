@@ -707,3 +707,90 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     let workers = report["workers"].as_array().unwrap();
     assert!(workers.iter().any(|w| w["worker"] == "kcl-1" && w["leases"] == 1 && w["heartbeat_age_ms"].is_u64()), "{json}");
 }
+
+/// Records the tagged guest (the swap's v2) logged: `record-v2 <seq> <key> <data>`.
+fn tagged(log: &[String]) -> Vec<String> {
+    log.iter()
+        .filter_map(|l| l.split_once("kcl_host::guest: record-v2 "))
+        .map(|(_, rest)| rest.rsplit_once(" shard=").map_or(rest, |(r, _)| r).splitn(3, ' ').nth(2).unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_swaps_every_shard_keeping_every_record_and_refuses_a_bad_file() {
+    const SIGHUP: i32 = 1;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("swap"), 4).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let mut all = BTreeSet::new();
+    for shard in &shards {
+        let records = payloads(&format!("v1-{shard}"), 10);
+        stream.put(shard, &records).await;
+        all.extend(records);
+    }
+    // The path the worker loads, replaced under it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("processor.wasm");
+    std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
+    let application = unique("swap-app");
+    let (processor, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
+    let args = ["run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", "worker-1", "--idle-time-between-reads", "200ms", "--cache-dir", &cache];
+    let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    host.wait_for("the first 40 records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 40).await;
+
+    // Not a component: refused, nothing changes.
+    std::fs::write(&path, "not wasm").unwrap();
+    host.signal(SIGHUP);
+    host.wait_for("the refusal", LIMIT, |log| count_lines(log, "SIGHUP: not swapping") >= 1).await;
+
+    std::fs::copy(kcl_testkit::guest("tagged"), &path).unwrap();
+    host.signal(SIGHUP);
+    host.wait_for("every shard swapped", LIMIT, |log| count_lines(log, "swapped the processor") >= 4).await;
+    for shard in &shards {
+        let records = payloads(&format!("v2-{shard}"), 10);
+        stream.put(shard, &records).await;
+        all.extend(records);
+    }
+    host.wait_for("the new records, by v2", LIMIT, |log| tagged(log).iter().filter(|r| r.starts_with("v2-")).count() >= 40).await;
+    let table = leases(&aws.dynamodb, &application).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+
+    let by_v1: Vec<String> = log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).map(|d| d.data).collect();
+    let by_v2 = tagged(&log);
+    let seen: BTreeSet<String> = by_v1.iter().chain(&by_v2).cloned().collect();
+    assert_eq!(seen, all, "every record processed, none lost");
+    assert!(by_v1.iter().all(|r| r.starts_with("v1-")), "v1 processed nothing after the swap");
+    assert!(by_v2.iter().all(|r| r.starts_with("v2-")), "the counter checkpointed at the swap: nothing delivered again");
+    assert_eq!(count_lines(&log, "SIGHUP: not swapping"), 1, "{}", log.join("\n"));
+    assert!(table.iter().all(|l| l.owner.as_deref() == Some("worker-1")), "no lease changed owner: {table:#?}");
+    assert_eq!(count_lines(&log, "processing shard="), 4, "the leases were never released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_swaps_when_a_symlink_is_pointed_at_a_new_file() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("watch"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    // As a Kubernetes ConfigMap does it: the path is a symlink, and an update
+    // points it at a new file.
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2, path) = (dir.path().join("v1.wasm"), dir.path().join("v2.wasm"), dir.path().join("processor.wasm"));
+    std::fs::copy(kcl_testkit::guest("counter"), &v1).unwrap();
+    std::fs::copy(kcl_testkit::guest("tagged"), &v2).unwrap();
+    std::os::unix::fs::symlink(&v1, &path).unwrap();
+    let application = unique("watch-app");
+    let (processor, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
+    let args = ["run", &processor, "--watch", "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms", "--cache-dir", &cache];
+    let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    host.wait_for("the shard", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    let next = dir.path().join("processor.wasm.new");
+    std::os::unix::fs::symlink(&v2, &next).unwrap();
+    std::fs::rename(&next, &path).unwrap();
+    host.wait_for("the swap", LIMIT, |log| count_lines(log, "swapped the processor") >= 1).await;
+    stream.put(&shard, &["after-the-swap".to_owned()]).await;
+    host.wait_for("v2's record", LIMIT, |log| tagged(log).iter().any(|r| r == "after-the-swap")).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "--watch: swapping every shard"), 1, "{}", log.join("\n"));
+}

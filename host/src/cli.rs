@@ -167,6 +167,9 @@ pub struct RunArgs {
     /// Most processor instances alive at once (slots reserved up front); also caps --max-leases [default: 1000].
     #[arg(long, env = "KCL_HOST_MAX_INSTANCES")]
     pub max_instances: Option<u32>,
+    /// Swap the processor whenever its file changes (SIGHUP always reloads it).
+    #[arg(long)]
+    pub watch: bool,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }

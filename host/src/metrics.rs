@@ -118,7 +118,7 @@ impl Metrics {
 
     /// The series of one shard.
     pub fn shard(self: &Arc<Self>, shard: &str) -> ShardMetrics {
-        ShardMetrics { metrics: self.clone(), labels: ShardLabels { shard: shard.to_owned() } }
+        ShardMetrics { metrics: self.clone(), labels: ShardLabels { shard: shard.to_owned() }, version: Default::default() }
     }
 
     pub fn leases_held(&self, count: usize) {
@@ -146,6 +146,8 @@ impl Metrics {
 pub struct ShardMetrics {
     metrics: Arc<Metrics>,
     labels: ShardLabels,
+    /// The version series set last: a swap replaces it.
+    version: Arc<std::sync::Mutex<Option<VersionLabels>>>,
 }
 
 impl ShardMetrics {
@@ -188,13 +190,19 @@ impl ShardMetrics {
         self.metrics.throttles.get_or_create(&self.labels).inc_by(throttles);
     }
 
+    /// The processor the shard runs now (replacing the one before).
     pub fn version(&self, processor: &str, contract: &'static str) {
         let labels = VersionLabels { shard: self.labels.shard.clone(), processor: processor.to_owned(), contract };
         self.metrics.version.get_or_create(&labels).set(1);
+        if let Some(previous) = self.version.lock().expect("not poisoned").replace(labels.clone())
+            && previous != labels
+        {
+            self.metrics.version.remove(&previous);
+        }
     }
 
     /// Removes every series of the shard: its lease is gone from this worker.
-    pub fn forget(&self, processor: &str, contract: &'static str) {
+    pub fn forget(&self) {
         let m = &self.metrics;
         for family in [&m.records, &m.bytes, &m.batches, &m.restarts, &m.checkpoints_written, &m.checkpoints_refused, &m.get_records, &m.throttles] {
             family.remove(&self.labels);
@@ -204,7 +212,9 @@ impl ShardMetrics {
         for kind in ["retryable", "fatal", "trap", "deadline", "memory", "withdrawn"] {
             m.guest_errors.remove(&ErrorLabels { shard: self.labels.shard.clone(), kind });
         }
-        m.version.remove(&VersionLabels { shard: self.labels.shard.clone(), processor: processor.to_owned(), contract });
+        if let Some(version) = self.version.lock().expect("not poisoned").take() {
+            m.version.remove(&version);
+        }
     }
 }
 
@@ -222,7 +232,10 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains(r#"kcl_host_records_processed_total{stream="orders",worker="w1",shard="shardId-000000000001"} 3"#), "{text}");
         assert!(text.contains(r#"kcl_host_leases_held{stream="orders",worker="w1"} 1"#), "{text}");
-        shard.forget("abc123", "0.2.0");
+        shard.version("def456", "0.2.0");
+        let text = metrics.encode();
+        assert!(text.contains(r#"processor="def456""#) && !text.contains("abc123"), "a swap replaces the version: {text}");
+        shard.forget();
         let text = metrics.encode();
         assert!(!text.contains("shardId-000000000001"), "{text}");
     }

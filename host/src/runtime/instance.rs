@@ -249,6 +249,22 @@ impl Processor {
     }
 }
 
+impl Processor {
+    /// Starts a throwaway instance and calls `initialize` on it, then
+    /// `shutdown(requested)`: what a swap checks before touching any shard.
+    pub async fn check_initialize(&self) -> Result<(), CallError> {
+        let mut instance = self.instantiate("swap-check", Box::new(NoCheckpoints), None).await?;
+        let shard = ShardInfo {
+            stream_name: "swap-check".into(),
+            shard_id: "swap-check".into(),
+            starting_checkpoint: "TRIM_HORIZON".into(),
+            starting_sub_sequence_number: None,
+        };
+        instance.initialize(&shard).await?;
+        instance.shutdown(ShutdownReason::Requested).await
+    }
+}
+
 /// What a failed call is measured against.
 #[derive(Clone, Copy)]
 struct Limits {

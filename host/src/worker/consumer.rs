@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -34,7 +34,8 @@ pub enum Outcome {
 
 /// What a consumer needs, shared with the worker.
 pub struct Consumer<S> {
-    pub processor: Processor,
+    /// The processor to run; a new value is a swap, done at the next batch boundary.
+    pub processor: watch::Receiver<Processor>,
     pub kinesis: aws_sdk_kinesis::Client,
     pub stream: String,
     pub initial_timestamp_ms: Option<i64>,
@@ -152,34 +153,33 @@ impl<S: LeaseStore> Consumer<S> {
                 )));
             }
         };
-        let sink = LeaseSink { held: self.held.clone(), metrics: self.metrics.clone() };
-        let mut instance = match self.processor.instantiate(&shard_id, Box::new(sink), last_checkpoint.clone()).await {
+        let checkpointed = Arc::new(StdMutex::new(last_checkpoint.clone()));
+        let processor = self.processor.clone().borrow_and_update().clone();
+        let mut instance = match self.open(&processor, &lease.checkpoint, last_checkpoint, &checkpointed).await {
             Ok(instance) => instance,
-            Err(e) => return Interrupt::Failed(format!("instantiating the processor failed: {e}")),
+            Err(interrupt) => return interrupt,
         };
-        self.metrics.version(self.processor.hash(), self.processor.contract_version());
-        // A call still running when the lease's validity ends is stopped:
-        // nothing is delivered once another worker may own the shard.
-        let held = self.held.clone();
-        instance.withdraw_when(Arc::new(move || !held.is_valid()));
-        let info = ShardInfo {
-            stream_name: self.stream.clone(),
-            shard_id: shard_id.clone(),
-            starting_checkpoint: lease.checkpoint.as_column().to_owned(),
-            starting_sub_sequence_number: last_checkpoint.as_ref().map(Position::sub_sequence_number).filter(|sub| *sub > 0),
-        };
-        if let Err(e) = instance.initialize(&info).await {
-            return Interrupt::Failed(format!("initialize failed: {e}"));
-        }
+        let mut processor_rx = self.processor.clone();
+        processor_rx.mark_unchanged();
+        let mut unacknowledged = Unacknowledged::default();
         let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
         let mut fetcher = match &self.fan_out {
             Some(subscriptions) => fetch::prefetch(Subscriber::new(subscriptions.clone(), &shard_id, start, range)),
             None => fetch::prefetch(Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, range, self.fetch.clone())),
         };
         loop {
+            // Between two batches: the next one, a stop, or a swap.
             let fetched = tokio::select! {
                 fetched = fetcher.next() => fetched,
                 outcome = self.interrupted() => return self.finish_outcome(&mut instance, outcome).await,
+                Ok(()) = processor_rx.changed() => {
+                    let processor = processor_rx.borrow_and_update().clone();
+                    match self.swap(instance, &processor, &checkpointed, &mut unacknowledged).await {
+                        Ok(swapped) => instance = swapped,
+                        Err(interrupt) => return interrupt,
+                    }
+                    continue;
+                }
             };
             let Fetched { mut batch, shard_end, calls, throttles } = match fetched {
                 Ok(fetched) => fetched,
@@ -194,11 +194,77 @@ impl<S: LeaseStore> Consumer<S> {
                 if let Some(interrupt) = self.deliver(&mut instance, &mut batch).await {
                     return interrupt;
                 }
+                unacknowledged.delivered(batch, checkpointed.lock().expect("not poisoned").as_ref());
             }
             if let Some(children) = shard_end {
                 return self.end_shard(&mut instance, children).await;
             }
         }
+    }
+
+    /// A fresh instance of `processor` for this shard, initialized from
+    /// `checkpoint` (its column) / `last_checkpoint` (its position).
+    async fn open(
+        &self,
+        processor: &Processor,
+        checkpoint: &Checkpoint,
+        last_checkpoint: Option<Position>,
+        checkpointed: &Arc<StdMutex<Option<Position>>>,
+    ) -> Result<ShardInstance, Interrupt> {
+        let shard_id = self.held.key().to_owned();
+        let sink = LeaseSink { held: self.held.clone(), metrics: self.metrics.clone(), checkpointed: checkpointed.clone() };
+        let mut instance = match processor.instantiate(&shard_id, Box::new(sink), last_checkpoint.clone()).await {
+            Ok(instance) => instance,
+            Err(e) => return Err(Interrupt::Failed(format!("instantiating the processor failed: {e}"))),
+        };
+        self.metrics.version(processor.hash(), processor.contract_version());
+        // A call still running when the lease's validity ends is stopped:
+        // nothing is delivered once another worker may own the shard.
+        let held = self.held.clone();
+        instance.withdraw_when(Arc::new(move || !held.is_valid()));
+        let info = ShardInfo {
+            stream_name: self.stream.clone(),
+            shard_id,
+            starting_checkpoint: checkpoint.as_column().to_owned(),
+            starting_sub_sequence_number: last_checkpoint.as_ref().map(Position::sub_sequence_number).filter(|sub| *sub > 0),
+        };
+        if let Err(e) = instance.initialize(&info).await {
+            return Err(Interrupt::Failed(format!("initialize failed: {e}")));
+        }
+        Ok(instance)
+    }
+
+    /// Replaces the instance with one of `processor` between two batches:
+    /// `shutdown(requested)` on the old one (it may checkpoint), a new one
+    /// initialized from the lease's checkpoint, and the records delivered
+    /// since that checkpoint delivered again from memory. The lease and the
+    /// reader stay as they are.
+    async fn swap(
+        &self,
+        mut old: ShardInstance,
+        processor: &Processor,
+        checkpointed: &Arc<StdMutex<Option<Position>>>,
+        unacknowledged: &mut Unacknowledged,
+    ) -> Result<ShardInstance, Interrupt> {
+        let shard = self.held.key().to_owned();
+        if let Err(e) = old.shutdown(ShutdownReason::Requested).await {
+            tracing::warn!(shard = %shard, "shutdown(requested) before the swap failed: {e}");
+        }
+        drop(old);
+        let last_checkpoint = checkpointed.lock().expect("not poisoned").clone();
+        let lease = self.held.snapshot().await;
+        let again = unacknowledged.since(last_checkpoint.as_ref()).ok_or_else(|| {
+            Interrupt::Failed("swapping the processor: the records since the last checkpoint are no longer all in memory, so the shard restarts from it".into())
+        })?;
+        let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await?;
+        let records: usize = again.iter().map(Batch::len).sum();
+        for mut batch in again {
+            if let Some(interrupt) = self.deliver(&mut instance, &mut batch).await {
+                return Err(interrupt);
+            }
+        }
+        tracing::info!(shard = %shard, processor = processor.hash(), "swapped the processor; {records} records since the last checkpoint delivered again");
+        Ok(instance)
     }
 
     /// Delivers one batch, again after each retryable error.
@@ -268,6 +334,63 @@ impl<S: LeaseStore> Consumer<S> {
     }
 }
 
+/// Most record data kept for re-delivery after a swap; beyond it a swap
+/// restarts the shard from its checkpoint (reading Kinesis again) instead.
+const UNACKNOWLEDGED_LIMIT: usize = 64 << 20;
+
+/// The batches delivered since the last checkpoint, kept so a swap can
+/// hand them to the new instance without reading Kinesis again.
+#[derive(Default)]
+struct Unacknowledged {
+    batches: std::collections::VecDeque<Batch>,
+    bytes: usize,
+    /// Set once a batch was dropped for the limit: the memory no longer
+    /// covers everything since the checkpoint.
+    incomplete: bool,
+}
+
+impl Unacknowledged {
+    /// Keeps `batch` (delivered ok); drops what `checkpoint` covers.
+    fn delivered(&mut self, batch: Batch, checkpoint: Option<&Position>) {
+        self.bytes += batch.data.len();
+        self.batches.push_back(batch);
+        self.prune(checkpoint);
+        while self.bytes > UNACKNOWLEDGED_LIMIT {
+            let dropped = self.batches.pop_front().expect("over the limit means not empty");
+            self.bytes -= dropped.data.len();
+            self.incomplete = true;
+        }
+    }
+
+    fn prune(&mut self, checkpoint: Option<&Position>) {
+        let Some(checkpoint) = checkpoint else { return };
+        while let Some(front) = self.batches.front() {
+            let covered = front.get(front.len() - 1).and_then(|last| last.position().ok()).is_some_and(|last| last <= *checkpoint);
+            if !covered {
+                break;
+            }
+            self.bytes -= front.data.len();
+            self.batches.pop_front();
+            self.incomplete = false;
+        }
+    }
+
+    /// The records after `checkpoint`, as batches; `None` if some were dropped.
+    fn since(&mut self, checkpoint: Option<&Position>) -> Option<Vec<Batch>> {
+        self.prune(checkpoint);
+        if self.incomplete {
+            return None;
+        }
+        Some(
+            self.batches
+                .iter()
+                .map(|b| checkpoint.map_or_else(|| b.clone(), |c| b.after(c)))
+                .filter(|b| !b.is_empty())
+                .collect(),
+        )
+    }
+}
+
 /// Where an attempt starts reading.
 #[derive(Debug, PartialEq)]
 enum Start {
@@ -301,13 +424,18 @@ fn starting_position(checkpoint: &Checkpoint, first_delivered: Option<&str>, ini
 struct LeaseSink<S> {
     held: Arc<HeldLease<S>>,
     metrics: ShardMetrics,
+    /// The last checkpoint written, for the consumer's re-delivery on a swap.
+    checkpointed: Arc<StdMutex<Option<Position>>>,
 }
 
 impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
     fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
         Box::pin(async move {
-            let written = self.held.checkpoint(Checkpoint::At(position), &BTreeSet::new()).await;
+            let written = self.held.checkpoint(Checkpoint::At(position.clone()), &BTreeSet::new()).await;
             self.metrics.checkpoint(written.is_ok());
+            if written.is_ok() {
+                *self.checkpointed.lock().expect("not poisoned") = Some(position);
+            }
             written.map_err(|e| match e {
                 CheckpointFailure::LeaseLost => CheckpointError::LeaseLost,
                 CheckpointFailure::Unavailable(message) => CheckpointError::Unavailable(message),
@@ -351,5 +479,31 @@ mod tests {
         assert_eq!(*waits.last().unwrap(), BACKOFF.1, "capped");
         assert_eq!(backoff.after_failure(HEALTHY), BACKOFF.0, "a healthy period resets it");
         assert_eq!(backoff.after_failure(quick), BACKOFF.0 * 2);
+    }
+
+    fn batch(seqs: &[&str]) -> Batch {
+        seqs.iter()
+            .map(|seq| crate::records::Record {
+                data: b"x",
+                partition_key: "k",
+                sequence_number: seq,
+                sub_sequence_number: None,
+                arrival_timestamp_ms: 0,
+                explicit_hash_key: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_swap_gets_back_exactly_what_follows_the_checkpoint() {
+        let mut kept = Unacknowledged::default();
+        kept.delivered(batch(&["1", "2"]), None);
+        kept.delivered(batch(&["3", "4"]), None);
+        let at = |seq: &str| Position::new(seq, 0).unwrap();
+        let again = kept.since(Some(&at("3"))).unwrap();
+        let seqs: Vec<Vec<&str>> = again.iter().map(|b| b.iter().map(|r| r.sequence_number).collect()).collect();
+        assert_eq!(seqs, [vec!["4"]], "batch 1-2 is covered, 3 is checkpointed");
+        assert_eq!(kept.batches.len(), 1, "covered batches are dropped");
+        assert_eq!(kept.since(None).unwrap().len(), 1);
     }
 }

@@ -32,7 +32,7 @@ use crate::aws::{AwsClients, AwsError};
 use crate::config::{Retrieval, WorkerConfig};
 use crate::admin::{self, Health};
 use crate::fanout::{self, KinesisSubscriptions};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ShardMetrics};
 use crate::lease::control::{self, ControlTable, FleetWatch};
 use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
 use crate::lease::dynamo::DynamoStore;
@@ -82,6 +82,7 @@ struct Running {
     held: Held,
     delivered: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
+    metrics: ShardMetrics,
 }
 
 /// The consumers of this worker, one per held lease.
@@ -94,7 +95,8 @@ struct Consumers {
 
 /// What every consumer is made from.
 struct Template {
-    processor: Processor,
+    /// The processor to run; the worker's owner sends a new one to swap.
+    processor: watch::Receiver<Processor>,
     kinesis: aws_sdk_kinesis::Client,
     config: WorkerConfig,
     fan_out: Option<KinesisSubscriptions>,
@@ -104,6 +106,7 @@ struct Template {
 impl Consumers {
     fn spawn(&mut self, held: Held) {
         let (stop, stop_rx) = watch::channel(false);
+        let metrics = self.template.metrics.shard(held.key());
         let delivered = Arc::new(AtomicU64::new(0));
         let config = &self.template.config;
         let consumer = Consumer {
@@ -119,12 +122,12 @@ impl Consumers {
             held: held.clone(),
             stop: stop_rx,
             delivered: delivered.clone(),
-            metrics: self.template.metrics.shard(held.key()),
+            metrics: metrics.clone(),
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();
-        tracing::info!(shard = %key, "processing");
-        self.running.insert(key, Running { held: held.clone(), delivered, stop });
+        tracing::info!(shard = %key, processor = self.template.processor.borrow().hash(), "processing");
+        self.running.insert(key, Running { held: held.clone(), delivered, stop, metrics });
         // In the worker's span: every line of the shard names the worker.
         self.tasks.spawn(
             async move {
@@ -156,19 +159,21 @@ impl Consumers {
     fn ended(&mut self, held: &Held) -> Option<u64> {
         let key = held.key();
         if self.running.get(key).is_some_and(|r| r.held.id() == held.id()) {
-            let processor = &self.template.processor;
-            self.template.metrics.shard(key).forget(processor.hash(), processor.contract_version());
-            return self.running.remove(key).map(|done| done.delivered.load(Ordering::Relaxed));
+            let done = self.running.remove(key).expect("just checked");
+            done.metrics.forget();
+            return Some(done.delivered.load(Ordering::Relaxed));
         }
         None
     }
 }
 
-/// Consumes `config.stream` with `processor` until `shutdown` resolves.
+/// Consumes `config.stream` with `processor` until `shutdown` resolves. A
+/// new value of `processor` swaps every shard to it, each at its next batch
+/// boundary.
 pub async fn run(
     config: WorkerConfig,
     clients: AwsClients,
-    processor: Processor,
+    processor: watch::Receiver<Processor>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Summary, WorkerError> {
     let started = Instant::now();
