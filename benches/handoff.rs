@@ -141,7 +141,10 @@ async fn swap() {
     let processor = path.display().to_string();
     let mut host = KclHost::spawn(
         env!("CARGO_BIN_EXE_kcl-host").as_ref(),
-        &["run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms", "--cache-dir", &cache],
+        &[
+            "run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms",
+            "--cache-dir", &cache, "--swap-canary-batches", "0",
+        ],
     );
     host.wait_for("every shard", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= SHARDS).await;
     std::fs::copy(kcl_testkit::guest("tagged"), &path).unwrap();

@@ -734,7 +734,10 @@ async fn sighup_swaps_every_shard_keeping_every_record_and_refuses_a_bad_file() 
     std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
     let application = unique("swap-app");
     let (processor, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
-    let args = ["run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", "worker-1", "--idle-time-between-reads", "200ms", "--cache-dir", &cache];
+    let args = [
+        "run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", "worker-1",
+        "--idle-time-between-reads", "200ms", "--cache-dir", &cache, "--swap-canary-batches", "0",
+    ];
     let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
     host.wait_for("the first 40 records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 40).await;
 
@@ -793,4 +796,51 @@ async fn watch_swaps_when_a_symlink_is_pointed_at_a_new_file() {
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
     assert_eq!(count_lines(&log, "--watch: swapping every shard"), 1, "{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() {
+    const SIGHUP: i32 = 1;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("rollback"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("processor.wasm");
+    std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
+    let application = unique("rollback-app");
+    let (processor, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
+    let args = [
+        "run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms",
+        "--cache-dir", &cache, "--swap-canary-batches", "1", "--swap-rollback-after", "3",
+    ];
+    let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+
+    // v2 (the faulty guest) goes to one shard; one good batch there promotes it.
+    std::fs::copy(kcl_testkit::guest("faulty"), &path).unwrap();
+    host.signal(SIGHUP);
+    host.wait_for("the canary", LIMIT, |log| count_lines(log, "canary: this shard runs the new version first") >= 1).await;
+    let log = host.log().await;
+    let canary = log.iter().find(|l| l.contains("canary: this shard")).unwrap().rsplit_once("shard=").unwrap().1.trim_matches('"').to_owned();
+    assert_eq!(count_lines(&log, "swapped the processor"), 1, "only the canary swapped");
+    stream.put(&canary, &["fine-on-v2".to_owned()]).await;
+    host.wait_for("the rest swapped", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
+
+    // v2 traps on `panic`: three failures roll every shard back to v1, which processes it all.
+    let mut all = vec!["fine-on-v2".to_owned()];
+    for shard in &shards {
+        let records = vec!["panic".to_owned(), format!("after-{shard}")];
+        stream.put(shard, &records).await;
+        all.extend(records.into_iter().filter(|r| r != "panic"));
+    }
+    host.wait_for("the rollback", LIMIT, |log| count_lines(log, "rolling back to") >= 1).await;
+    host.wait_for("v1 on the rest", LIMIT, |log| shards.iter().all(|s| log.iter().any(|l| l.contains(" record ") && l.contains(&format!(" after-{s} after-{s} "))))).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let panics_by_v1 = log.iter().filter(|l| l.contains("kcl_host::guest: record ") && l.contains(" panic panic ")).count();
+    assert_eq!(panics_by_v1, 2, "v1 processed both `panic` records after the rollback:\n{}", log.join("\n"));
+    for record in &all {
+        assert!(log.iter().any(|l| l.contains("kcl_host::guest: record ") && l.contains(&format!(" {record} "))), "{record} lost:\n{}", log.join("\n"));
+    }
+    assert_eq!(count_lines(&log, "rolling back to"), 1);
 }

@@ -170,6 +170,12 @@ pub struct RunArgs {
     /// Swap the processor whenever its file changes (SIGHUP always reloads it).
     #[arg(long)]
     pub watch: bool,
+    /// On a swap, batches one canary shard must process without error before the rest swap; 0 swaps all at once [default: 3].
+    #[arg(long, env = "KCL_HOST_SWAP_CANARY_BATCHES")]
+    pub swap_canary_batches: Option<u32>,
+    /// Failed calls of a new version (traps, deadlines, memory, fatal) that roll every shard back [default: 3].
+    #[arg(long, env = "KCL_HOST_SWAP_ROLLBACK_AFTER")]
+    pub swap_rollback_after: Option<u32>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
@@ -195,6 +201,8 @@ impl RunArgs {
             max_records: self.max_records,
             retrieval: self.retrieval.clone(),
             admin_listen: self.admin_listen.clone(),
+            swap_canary_batches: self.swap_canary_batches,
+            swap_rollback_after: self.swap_rollback_after,
             max_instances: self.max_instances,
             ..self.runtime.layer()
         }

@@ -66,6 +66,8 @@ pub struct Layer {
     pub max_records: Option<i32>,
     pub retrieval: Option<String>,
     pub admin_listen: Option<String>,
+    pub swap_canary_batches: Option<u32>,
+    pub swap_rollback_after: Option<u32>,
     pub memory_limit_mib: Option<usize>,
     pub call_deadline: Option<String>,
     pub max_instances: Option<u32>,
@@ -89,7 +91,7 @@ impl Layer {
         merge!(
             stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records, retrieval, admin_listen, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
+            idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
         )
     }
 
@@ -152,6 +154,8 @@ pub struct WorkerConfig {
     pub retrieval: Retrieval,
     /// Where `/metrics` and `/healthz` are served; off when `None`.
     pub admin_listen: Option<std::net::SocketAddr>,
+    /// How a new processor version is rolled out.
+    pub swap: crate::worker::SwapSettings,
     /// The sandbox of every processor instance.
     pub runtime: RuntimeConfig,
 }
@@ -205,6 +209,13 @@ impl WorkerConfig {
                 )?,
             },
             retrieval: Retrieval::parse(layer.retrieval.as_deref())?,
+            swap: {
+                let defaults = crate::worker::SwapSettings::default();
+                crate::worker::SwapSettings {
+                    canary_batches: layer.swap_canary_batches.unwrap_or(defaults.canary_batches),
+                    rollback_after: positive("swap_rollback_after", layer.swap_rollback_after.unwrap_or(defaults.rollback_after) as usize)? as u32,
+                }
+            },
             admin_listen: match layer.admin_listen {
                 Some(address) => Some(address.parse().map_err(|_| ConfigError::Invalid {
                     setting: "admin_listen",

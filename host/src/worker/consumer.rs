@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+
+use super::deploy::CallReport;
 
 use crate::fanout::{KinesisSubscriptions, Subscriber};
 use crate::fetch::{self, Fetched, FetchSettings, Fetcher, StartingPosition};
@@ -47,6 +49,8 @@ pub struct Consumer<S> {
     /// Records delivered and acknowledged by the processor.
     pub delivered: Arc<AtomicU64>,
     pub metrics: ShardMetrics,
+    /// How each call of each processor version went, for the rollout.
+    pub reports: mpsc::UnboundedSender<CallReport>,
 }
 
 /// First and longest wait before restarting a failed processor.
@@ -154,8 +158,8 @@ impl<S: LeaseStore> Consumer<S> {
             }
         };
         let checkpointed = Arc::new(StdMutex::new(last_checkpoint.clone()));
-        let processor = self.processor.clone().borrow_and_update().clone();
-        let mut instance = match self.open(&processor, &lease.checkpoint, last_checkpoint, &checkpointed).await {
+        let mut running = self.processor.clone().borrow_and_update().clone();
+        let mut instance = match self.open(&running, &lease.checkpoint, last_checkpoint, &checkpointed).await {
             Ok(instance) => instance,
             Err(interrupt) => return interrupt,
         };
@@ -173,8 +177,8 @@ impl<S: LeaseStore> Consumer<S> {
                 fetched = fetcher.next() => fetched,
                 outcome = self.interrupted() => return self.finish_outcome(&mut instance, outcome).await,
                 Ok(()) = processor_rx.changed() => {
-                    let processor = processor_rx.borrow_and_update().clone();
-                    match self.swap(instance, &processor, &checkpointed, &mut unacknowledged).await {
+                    running = processor_rx.borrow_and_update().clone();
+                    match self.swap(instance, &running, &checkpointed, &mut unacknowledged).await {
                         Ok(swapped) => instance = swapped,
                         Err(interrupt) => return interrupt,
                     }
@@ -191,7 +195,7 @@ impl<S: LeaseStore> Consumer<S> {
                 if !lease.checkpoint.has_started() && first_delivered.is_none() {
                     *first_delivered = batch.get(0).map(|first| first.sequence_number.to_owned());
                 }
-                if let Some(interrupt) = self.deliver(&mut instance, &mut batch).await {
+                if let Some(interrupt) = self.deliver(&mut instance, &running, &mut batch).await {
                     return interrupt;
                 }
                 unacknowledged.delivered(batch, checkpointed.lock().expect("not poisoned").as_ref());
@@ -229,6 +233,7 @@ impl<S: LeaseStore> Consumer<S> {
             starting_sub_sequence_number: last_checkpoint.as_ref().map(Position::sub_sequence_number).filter(|sub| *sub > 0),
         };
         if let Err(e) = instance.initialize(&info).await {
+            let _ = self.reports.send(CallReport { processor: processor.hash().to_owned(), ok: false });
             return Err(Interrupt::Failed(format!("initialize failed: {e}")));
         }
         Ok(instance)
@@ -259,7 +264,7 @@ impl<S: LeaseStore> Consumer<S> {
         let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await?;
         let records: usize = again.iter().map(Batch::len).sum();
         for mut batch in again {
-            if let Some(interrupt) = self.deliver(&mut instance, &mut batch).await {
+            if let Some(interrupt) = self.deliver(&mut instance, processor, &mut batch).await {
                 return Err(interrupt);
             }
         }
@@ -268,7 +273,7 @@ impl<S: LeaseStore> Consumer<S> {
     }
 
     /// Delivers one batch, again after each retryable error.
-    async fn deliver(&self, instance: &mut ShardInstance, batch: &mut Batch) -> Option<Interrupt> {
+    async fn deliver(&self, instance: &mut ShardInstance, processor: &Processor, batch: &mut Batch) -> Option<Interrupt> {
         let mut backoff = BACKOFF.0;
         loop {
             if !self.held.is_valid() {
@@ -278,6 +283,10 @@ impl<S: LeaseStore> Consumer<S> {
             let result = instance.process_records(batch).await;
             if let Err(e) = &result {
                 self.metrics.guest_error(e);
+            }
+            // Retries and withdrawn calls say nothing about the version.
+            if !matches!(result, Err(CallError::Retryable(_) | CallError::Withdrawn)) {
+                let _ = self.reports.send(CallReport { processor: processor.hash().to_owned(), ok: result.is_ok() });
             }
             match result {
                 Ok(()) => {

@@ -16,6 +16,7 @@
 //!   and at once when a shard ends, so children start right after their parents.
 
 mod consumer;
+mod deploy;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +41,8 @@ use crate::lease::{Lease, LeaseError, LeaseStore};
 use crate::runtime::Processor;
 use crate::shard::{self, InitialPosition};
 use consumer::{Consumer, Outcome};
+use deploy::{CallReport, Deployment};
+pub use deploy::SwapSettings;
 
 /// Longest a graceful stop waits for processors to shut down.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -82,21 +85,23 @@ struct Running {
     held: Held,
     delivered: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
+    /// The processor this shard should run: a new value swaps it.
+    processor: watch::Sender<Processor>,
     metrics: ShardMetrics,
 }
 
 /// The consumers of this worker, one per held lease.
 struct Consumers {
     template: Template,
+    deployment: Deployment,
     tasks: JoinSet<()>,
     running: BTreeMap<String, Running>,
     ended: mpsc::UnboundedSender<(Held, Outcome)>,
+    reports: mpsc::UnboundedSender<CallReport>,
 }
 
 /// What every consumer is made from.
 struct Template {
-    /// The processor to run; the worker's owner sends a new one to swap.
-    processor: watch::Receiver<Processor>,
     kinesis: aws_sdk_kinesis::Client,
     config: WorkerConfig,
     fan_out: Option<KinesisSubscriptions>,
@@ -107,10 +112,11 @@ impl Consumers {
     fn spawn(&mut self, held: Held) {
         let (stop, stop_rx) = watch::channel(false);
         let metrics = self.template.metrics.shard(held.key());
+        let (processor, processor_rx) = watch::channel(self.deployment.current().clone());
         let delivered = Arc::new(AtomicU64::new(0));
         let config = &self.template.config;
         let consumer = Consumer {
-            processor: self.template.processor.clone(),
+            processor: processor_rx,
             kinesis: self.template.kinesis.clone(),
             stream: config.stream.clone(),
             initial_timestamp_ms: match config.initial_position {
@@ -123,11 +129,12 @@ impl Consumers {
             stop: stop_rx,
             delivered: delivered.clone(),
             metrics: metrics.clone(),
+            reports: self.reports.clone(),
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();
-        tracing::info!(shard = %key, processor = self.template.processor.borrow().hash(), "processing");
-        self.running.insert(key, Running { held: held.clone(), delivered, stop, metrics });
+        tracing::info!(shard = %key, processor = self.deployment.current().hash(), "processing");
+        self.running.insert(key, Running { held: held.clone(), delivered, stop, processor, metrics });
         // In the worker's span: every line of the shard names the worker.
         self.tasks.spawn(
             async move {
@@ -154,6 +161,16 @@ impl Consumers {
         pass.short
     }
 
+    /// A new processor was offered: roll it out.
+    fn offer(&mut self, processor: Processor) {
+        self.deployment.offer(processor, channels(&self.running));
+    }
+
+    /// A call ended: the rollout goes on, or back.
+    fn report(&mut self, report: &CallReport) {
+        self.deployment.report(report, channels(&self.running));
+    }
+
     /// Forgets the consumer of `held` (not a newer one of the same shard);
     /// returns the records it delivered.
     fn ended(&mut self, held: &Held) -> Option<u64> {
@@ -167,13 +184,18 @@ impl Consumers {
     }
 }
 
+/// Each running shard's processor channel.
+fn channels(running: &BTreeMap<String, Running>) -> deploy::Shards<'_> {
+    running.iter().map(|(key, running)| (key.as_str(), &running.processor)).collect()
+}
+
 /// Consumes `config.stream` with `processor` until `shutdown` resolves. A
-/// new value of `processor` swaps every shard to it, each at its next batch
-/// boundary.
+/// new value of `processor` is rolled out: a canary shard first, then every
+/// shard at its next batch boundary, rolled back if it fails (see [`deploy`]).
 pub async fn run(
     config: WorkerConfig,
     clients: AwsClients,
-    processor: watch::Receiver<Processor>,
+    mut processor: watch::Receiver<Processor>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Summary, WorkerError> {
     let started = Instant::now();
@@ -215,12 +237,16 @@ pub async fn run(
         None => None,
     };
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+    let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
+    let deployment = Deployment::new(processor.borrow_and_update().clone(), config.swap);
     let shard_sync_interval = config.shard_sync_interval;
     let mut consumers = Consumers {
-        template: Template { processor, kinesis: clients.kinesis.clone(), config, fan_out, metrics: metrics.clone() },
+        template: Template { kinesis: clients.kinesis.clone(), config, fan_out, metrics: metrics.clone() },
+        deployment,
         tasks: JoinSet::new(),
         running: BTreeMap::new(),
         ended: ended_tx,
+        reports: reports_tx,
     };
     let config = &consumers.template.config.clone();
     let mut summary = Summary::default();
@@ -274,6 +300,13 @@ pub async fn run(
                     }
                     Err(e) => tracing::warn!("could not read the fleet's heartbeats: {e}"),
                 }
+            }
+            Ok(()) = processor.changed() => {
+                let offered = processor.borrow_and_update().clone();
+                consumers.offer(offered);
+            }
+            Some(report) = reports_rx.recv() => {
+                consumers.report(&report);
             }
             _ = sync.tick() => {
                 if let Err(e) = sync_shards(config, &clients, &store, coordinator.leases()).await {

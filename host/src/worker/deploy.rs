@@ -1,0 +1,157 @@
+//! Rolling a new processor out over this worker's shards: one canary shard
+//! first, the rest once it has processed some batches without error, and
+//! every shard back to the previous version (kept compiled) if the new one
+//! fails too often while on probation. A version rolled back is blocked
+//! for the rest of the worker's life.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::runtime::Processor;
+
+/// How long after the full rollout failures still count.
+pub const PROBATION: Duration = Duration::from_secs(300);
+
+/// How a new version is rolled out.
+#[derive(Clone, Copy, Debug)]
+pub struct SwapSettings {
+    /// Batches the canary shard must process without error before the rest
+    /// swap; 0 swaps every shard at once.
+    pub canary_batches: u32,
+    /// Failed calls (traps, deadlines, memory, `fatal`) on probation that
+    /// roll the new version back.
+    pub rollback_after: u32,
+}
+
+impl Default for SwapSettings {
+    fn default() -> Self {
+        Self { canary_batches: 3, rollback_after: 3 }
+    }
+}
+
+/// How one call of a processor version went, as a consumer reports it.
+#[derive(Clone, Debug)]
+pub struct CallReport {
+    pub processor: String,
+    pub ok: bool,
+}
+
+/// A version being rolled out.
+struct Candidate {
+    processor: Processor,
+    previous: Processor,
+    /// The canary shard, until the rest swap.
+    canary: Option<String>,
+    ok_batches: u32,
+    failures: u32,
+    /// When every shard got it; probation ends `PROBATION` later.
+    everywhere_since: Option<Instant>,
+}
+
+/// This worker's processor versions.
+pub struct Deployment {
+    current: Processor,
+    candidate: Option<Candidate>,
+    blocked: HashSet<String>,
+    settings: SwapSettings,
+}
+
+/// Each running shard's processor channel, by shard id.
+pub type Shards<'a> = BTreeMap<&'a str, &'a watch::Sender<Processor>>;
+
+impl Deployment {
+    pub fn new(processor: Processor, settings: SwapSettings) -> Self {
+        Self { current: processor, candidate: None, blocked: HashSet::new(), settings }
+    }
+
+    /// What a newly started shard runs: the settled version (the canary's
+    /// candidate stays on the canary until it is promoted).
+    pub fn current(&self) -> &Processor {
+        &self.current
+    }
+
+    /// A new version was offered: it goes to one canary shard first.
+    pub fn offer(&mut self, processor: Processor, shards: Shards<'_>) {
+        let hash = processor.hash().to_owned();
+        if self.blocked.contains(&hash) {
+            return tracing::error!(processor = %hash, "not swapping: this version was rolled back earlier");
+        }
+        let previous = match self.candidate.take() {
+            // A newer version replaces one still on trial: back to the settled one first.
+            Some(trial) => {
+                send_all(&trial.previous, &shards);
+                trial.previous
+            }
+            None => self.current.clone(),
+        };
+        let canary = shards.keys().next().filter(|_| self.settings.canary_batches > 0).map(|s| s.to_string());
+        match &canary {
+            Some(shard) => {
+                tracing::info!(processor = %hash, shard, "canary: this shard runs the new version first");
+                shards[shard.as_str()].send_replace(processor.clone());
+            }
+            None => {
+                tracing::info!(processor = %hash, "no canary: every shard swaps");
+                self.current = processor.clone();
+                send_all(&processor, &shards);
+            }
+        }
+        let everywhere_since = canary.is_none().then(Instant::now);
+        self.candidate = Some(Candidate { processor, previous, canary, ok_batches: 0, failures: 0, everywhere_since });
+    }
+
+    /// A call ended: promotes the canary, rolls back, or ends probation.
+    pub fn report(&mut self, report: &CallReport, shards: Shards<'_>) {
+        let Some(trial) = &mut self.candidate else { return };
+        if report.processor != trial.processor.hash() {
+            return;
+        }
+        if !report.ok {
+            trial.failures += 1;
+            if trial.failures >= self.settings.rollback_after {
+                return self.roll_back(shards);
+            }
+            return;
+        }
+        trial.ok_batches += 1;
+        if trial.canary.is_some() && trial.ok_batches >= self.settings.canary_batches {
+            let hash = trial.processor.hash().to_owned();
+            tracing::info!(processor = %hash, "the canary processed {} batches: every shard swaps", trial.ok_batches);
+            trial.canary = None;
+            trial.everywhere_since = Some(Instant::now());
+            self.current = trial.processor.clone();
+            let processor = trial.processor.clone();
+            send_all(&processor, &shards);
+        }
+        if trial.everywhere_since.is_some_and(|since| since.elapsed() >= PROBATION) {
+            tracing::info!(processor = %trial.processor.hash(), "the new version passed its probation");
+            self.candidate = None;
+        }
+    }
+
+    fn roll_back(&mut self, shards: Shards<'_>) {
+        let trial = self.candidate.take().expect("on trial");
+        let (bad, good) = (trial.processor.hash().to_owned(), trial.previous.hash().to_owned());
+        tracing::error!(
+            processor = %bad,
+            "rolling back to {good} on every shard: the new version failed {} times on probation; it is blocked",
+            trial.failures
+        );
+        self.blocked.insert(bad);
+        self.current = trial.previous.clone();
+        send_all(&trial.previous, &shards);
+    }
+
+}
+
+/// Gives every shard `processor` (those that run it already are left alone).
+fn send_all(processor: &Processor, shards: &Shards<'_>) {
+    for sender in shards.values() {
+        if sender.borrow().hash() != processor.hash() {
+            sender.send_replace(processor.clone());
+        }
+    }
+}
