@@ -583,9 +583,19 @@ async fn enhanced_fan_out_delivers_every_record_of_every_shard_in_order() {
 
 /// `GET path` on a local HTTP server: (status line, body).
 async fn http_get(address: &str, path: &str) -> (String, String) {
+    http(address, "GET", path, "text/plain", b"").await
+}
+
+/// One request to a local HTTP server: (status line, body).
+async fn http(address: &str, method: &str, path: &str, content_type: &str, body: &[u8]) -> (String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address).await.expect("the admin listener accepts");
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     let (head, body) = response.split_once("\r\n\r\n").expect("a full response");
@@ -617,7 +627,16 @@ async fn metrics_show_what_a_worker_processed_and_drop_a_shard_it_gave_away() {
     let mut first = start_with("counter", &stream.name, &application, "worker-1", &flags);
     first.wait_for("14 records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 14).await;
 
-    let (status, text) = http_get(&address, "/metrics").await;
+    // The guest logs a record during its call; the metric counts it once the call returns.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let (status, text) = loop {
+        let (status, text) = http_get(&address, "/metrics").await;
+        let counted = shards.iter().all(|s| series(&text, "kcl_host_records_processed_total", Some(s)) == Some(7.0));
+        if counted || tokio::time::Instant::now() > deadline {
+            break (status, text);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert!(status.ends_with("200 OK"), "{status}");
     for shard in &shards {
         assert_eq!(series(&text, "kcl_host_records_processed_total", Some(shard)), Some(7.0), "{text}");
@@ -843,4 +862,30 @@ async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() 
         assert!(log.iter().any(|l| l.contains("kcl_host::guest: record ") && l.contains(&format!(" {record} "))), "{record} lost:\n{}", log.join("\n"));
     }
     assert_eq!(count_lines(&log, "rolling back to"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_swap_refuses_a_bad_component_and_swaps_to_a_good_one() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("post-swap"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let application = unique("post-swap-app");
+    let flags = ["--admin-listen", address.as_str(), "--swap-canary-batches", "0"];
+    let mut host = start_with("counter", &stream.name, &application, "worker-1", &flags);
+    host.wait_for("the shard", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+
+    let (status, body) = http(&address, "POST", "/swap", "application/wasm", b"\0asm but not really").await;
+    assert!(status.contains(" 422 "), "{status}: {body}");
+    assert!(body.contains("not swapping, the shards keep running"), "{body}");
+    let (status, body) = http(&address, "POST", "/swap", "application/wasm", &std::fs::read(kcl_testkit::guest("tagged")).unwrap()).await;
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    host.wait_for("the swap", LIMIT, |log| count_lines(log, "swapped the processor") >= 1).await;
+    stream.put(&shard, &["after-the-post".to_owned()]).await;
+    host.wait_for("v2's record", LIMIT, |log| tagged(log).iter().any(|r| r == "after-the-post")).await;
+    let (status, body) = http(&address, "POST", "/swap", "text/plain", guest("tagged").as_bytes()).await;
+    assert!(status.contains(" 200 ") && body.contains("already running"), "{status}: {body}");
+    let (code, log) = host.interrupt().await;
+    assert!(code.success(), "{}", log.join("\n"));
 }

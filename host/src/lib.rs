@@ -20,4 +20,5 @@ pub mod replay;
 pub mod runtime;
 pub mod shard;
 pub mod status;
+pub mod swap;
 pub mod worker;

@@ -9,6 +9,7 @@ use kcl_host::config::{duration, Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
 use kcl_host::runtime::bindings::ShardInfo;
 use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
+use kcl_host::swap::Swapper;
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
@@ -99,13 +100,13 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     );
     let aws = config.aws.clone();
     let requests = clients.requests.clone();
-    let (swap, processor) = tokio::sync::watch::channel(processor);
-    tokio::spawn(swap_on_signal(args.processor.clone(), runtime.clone(), swap.clone()));
+    let swapper = std::sync::Arc::new(Swapper::new(runtime.clone(), processor));
+    tokio::spawn(swapper.clone().on_signal(args.processor.clone()));
     if args.watch {
-        tokio::spawn(swap_on_change(args.processor.clone(), runtime.clone(), swap));
+        tokio::spawn(swapper.clone().on_change(args.processor.clone()));
     }
     let span = tracing::info_span!("worker", worker = %config.worker_id);
-    let summary = kcl_host::worker::run(config, clients, processor, shutdown).instrument(span).await.map_err(|e| match e.aws() {
+    let summary = kcl_host::worker::run(config, clients, swapper, shutdown).instrument(span).await.map_err(|e| match e.aws() {
         Some(AwsError::Unreachable { service, .. }) => format!("{e}; the endpoint is {}", aws.endpoint_origin(*service)),
         _ => e.to_string(),
     })?;
@@ -147,59 +148,6 @@ async fn run_status(args: StatusArgs) -> Result<(), String> {
         // Clear the terminal and draw again, until interrupted.
         print!("\x1b[2J\x1b[H{text}");
         tokio::time::sleep(every).await;
-    }
-}
-
-/// Loads, checks and offers a new processor to the worker: the same checks
-/// as at start, plus a test instance's `initialize`. Anything that fails is
-/// refused with one message, and nothing changes.
-async fn offer(path: &std::path::Path, runtime: &Runtime, swap: &tokio::sync::watch::Sender<Processor>, trigger: &str) {
-    let current = swap.borrow().hash().to_owned();
-    let candidate = match Processor::load(runtime, path).await {
-        Ok(candidate) => candidate,
-        Err(e) => return tracing::error!("{trigger}: not swapping, the shards keep running {current}: {e}"),
-    };
-    if candidate.hash() == current {
-        return tracing::info!("{trigger}: `{}` is the processor already running ({current})", path.display());
-    }
-    if let Err(e) = candidate.check_initialize().await {
-        return tracing::error!("{trigger}: not swapping to {}, its initialize failed in a test instance: {e}", candidate.hash());
-    }
-    tracing::info!("{trigger}: swapping every shard from {current} to {} at its next batch", candidate.hash());
-    swap.send_replace(candidate);
-}
-
-/// SIGHUP reloads the processor from its path.
-async fn swap_on_signal(path: std::path::PathBuf, runtime: Runtime, swap: tokio::sync::watch::Sender<Processor>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangup) = signal(SignalKind::hangup()) else { return };
-    while hangup.recv().await.is_some() {
-        offer(&path, &runtime, &swap, "SIGHUP").await;
-    }
-}
-
-/// `--watch`: reloads the processor when its file changes. The path is
-/// looked at (through symlinks) every second, so a file replaced by a
-/// rename or a symlink swap (a Kubernetes ConfigMap update) is seen too; a
-/// change is acted on once the file has stayed the same for a second.
-async fn swap_on_change(path: std::path::PathBuf, runtime: Runtime, swap: tokio::sync::watch::Sender<Processor>) {
-    use std::os::unix::fs::MetadataExt;
-    let look = |path: &std::path::Path| std::fs::metadata(path).ok().map(|m| (m.ino(), m.dev(), m.len(), m.mtime(), m.mtime_nsec()));
-    let mut seen = look(&path);
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        let now = look(&path);
-        if now == seen || now.is_none() {
-            continue;
-        }
-        // Debounce: a copy in progress changes again before the next look.
-        tick.tick().await;
-        if look(&path) != now {
-            continue;
-        }
-        seen = now;
-        offer(&path, &runtime, &swap, "--watch").await;
     }
 }
 

@@ -34,6 +34,7 @@ use crate::config::{Retrieval, WorkerConfig};
 use crate::admin::{self, Health};
 use crate::fanout::{self, KinesisSubscriptions};
 use crate::metrics::{Metrics, ShardMetrics};
+use crate::swap::Swapper;
 use crate::lease::control::{self, ControlTable, FleetWatch};
 use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
 use crate::lease::dynamo::DynamoStore;
@@ -189,13 +190,14 @@ fn channels(running: &BTreeMap<String, Running>) -> deploy::Shards<'_> {
     running.iter().map(|(key, running)| (key.as_str(), &running.processor)).collect()
 }
 
-/// Consumes `config.stream` with `processor` until `shutdown` resolves. A
-/// new value of `processor` is rolled out: a canary shard first, then every
-/// shard at its next batch boundary, rolled back if it fails (see [`deploy`]).
+/// Consumes `config.stream` until `shutdown` resolves, with the processor
+/// `swapper` holds. Each version it offers is rolled out: a canary shard
+/// first, then every shard at its next batch boundary, rolled back if it
+/// fails (see [`deploy`]).
 pub async fn run(
     config: WorkerConfig,
     clients: AwsClients,
-    mut processor: watch::Receiver<Processor>,
+    swapper: Arc<Swapper>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Summary, WorkerError> {
     let started = Instant::now();
@@ -231,13 +233,14 @@ pub async fn run(
             if !address.ip().is_loopback() {
                 tracing::warn!("the admin listener is on {address}, not a loopback address: anyone who can reach it can read /metrics");
             }
-            tracing::info!("admin listener on http://{address} (/metrics, /healthz)");
-            Some(tokio::spawn(admin::serve(listener, metrics.clone(), health.clone()).in_current_span()))
+            tracing::info!("admin listener on http://{address} (GET /metrics, GET /healthz, POST /swap)");
+            Some(tokio::spawn(admin::serve(listener, metrics.clone(), health.clone(), swapper.clone()).in_current_span()))
         }
         None => None,
     };
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
     let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
+    let mut processor = swapper.subscribe();
     let deployment = Deployment::new(processor.borrow_and_update().clone(), config.swap);
     let shard_sync_interval = config.shard_sync_interval;
     let mut consumers = Consumers {

@@ -1,0 +1,99 @@
+//! Where a new processor version comes from: SIGHUP (the same path read
+//! again), `--watch` (the path's file changed) or the admin listener's
+//! `POST /swap`. Each is checked the same way before any shard sees it —
+//! the load checks of start-up plus a test instance's `initialize` — and
+//! offered to the worker, which rolls it out (`worker::deploy`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::runtime::{Processor, Runtime};
+
+/// Checks new versions and offers them to the worker.
+pub struct Swapper {
+    runtime: Runtime,
+    offers: watch::Sender<Processor>,
+}
+
+impl Swapper {
+    /// `processor` is the version running now.
+    pub fn new(runtime: Runtime, processor: Processor) -> Self {
+        Self { runtime, offers: watch::channel(processor).0 }
+    }
+
+    /// The worker's end: the current version, and each one offered.
+    pub fn subscribe(&self) -> watch::Receiver<Processor> {
+        self.offers.subscribe()
+    }
+
+    /// Loads `path` and offers it; `Err` says why it was refused (and nothing changed).
+    pub async fn offer_path(&self, path: &Path, trigger: &str) -> Result<String, String> {
+        let loaded = Processor::load(&self.runtime, path).await.map_err(|e| e.to_string());
+        self.offer(loaded, trigger).await
+    }
+
+    /// Offers a component given as bytes (`POST /swap` with the file as its body).
+    pub async fn offer_bytes(&self, bytes: &[u8], trigger: &str) -> Result<String, String> {
+        let loaded = Processor::from_bytes(&self.runtime, Path::new("the posted component"), bytes).await.map_err(|e| e.to_string());
+        self.offer(loaded, trigger).await
+    }
+
+    async fn offer(&self, loaded: Result<Processor, String>, trigger: &str) -> Result<String, String> {
+        let current = self.offers.borrow().hash().to_owned();
+        let result = match loaded {
+            Err(e) => Err(format!("not swapping, the shards keep running {current}: {e}")),
+            Ok(candidate) if candidate.hash() == current => Ok(format!("{current} is the processor already running")),
+            Ok(candidate) => match candidate.check_initialize().await {
+                Err(e) => Err(format!("not swapping to {}, its initialize failed in a test instance: {e}", candidate.hash())),
+                Ok(()) => {
+                    let message = format!("swapping from {current} to {}", candidate.hash());
+                    self.offers.send_replace(candidate);
+                    Ok(message)
+                }
+            },
+        };
+        match &result {
+            Ok(message) => tracing::info!("{trigger}: {message}"),
+            Err(message) => tracing::error!("{trigger}: {message}"),
+        }
+        result
+    }
+
+    /// SIGHUP reloads the processor from `path`, until the process ends.
+    pub async fn on_signal(self: Arc<Self>, path: PathBuf) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangup) = signal(SignalKind::hangup()) else { return };
+        while hangup.recv().await.is_some() {
+            let _ = self.offer_path(&path, "SIGHUP").await;
+        }
+    }
+
+    /// `--watch`: reloads the processor when the file at `path` changes.
+    /// The path is looked at (through symlinks) every second, so a file
+    /// replaced by a rename or a symlink swap (a Kubernetes ConfigMap
+    /// update) is seen too; a change is acted on once the file has stayed
+    /// the same for a second.
+    pub async fn on_change(self: Arc<Self>, path: PathBuf) {
+        use std::os::unix::fs::MetadataExt;
+        let look = |path: &Path| std::fs::metadata(path).ok().map(|m| (m.ino(), m.dev(), m.len(), m.mtime(), m.mtime_nsec()));
+        let mut seen = look(&path);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let now = look(&path);
+            if now == seen || now.is_none() {
+                continue;
+            }
+            // Debounce: a copy in progress changes again before the next look.
+            tick.tick().await;
+            if look(&path) != now {
+                continue;
+            }
+            seen = now;
+            let _ = self.offer_path(&path, "--watch").await;
+        }
+    }
+}
