@@ -686,7 +686,8 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     write_leases(&aws.dynamodb, &application, &rows).await;
     let control = kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), &application);
     control.ensure().await.unwrap();
-    control.beat("kcl-1").await.unwrap();
+    let running = kcl_host::lease::control::Version { hash: "abc".into(), source: "/p.wasm".into() };
+    control.beat("kcl-1", &running).await.unwrap();
     let long_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() - 60_000;
     aws.dynamodb
         .put_item()
@@ -888,4 +889,43 @@ async fn post_swap_refuses_a_bad_component_and_swaps_to_a_good_one() {
     assert!(status.contains(" 200 ") && body.contains("already running"), "{status}: {body}");
     let (code, log) = host.interrupt().await;
     assert!(code.success(), "{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_swaps_every_worker_and_rollback_brings_them_back() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("deploy"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let application = unique("deploy-app");
+    let flags = ["--failover-time", "1s", "--swap-canary-batches", "0"];
+    let mut first = start_with("counter", &stream.name, &application, "worker-1", &flags);
+    first.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    let mut second = start_with("counter", &stream.name, &application, "worker-2", &flags);
+    second.wait_for("its share", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+
+    let tagged_path = guest("tagged");
+    let (code, text) = run_to_exit(&["deploy", &tagged_path, "--application", &application], &[]).await;
+    assert_eq!(code, 0, "{text}");
+    for worker in [&mut first, &mut second] {
+        worker.wait_for("the deployed version", LIMIT, |log| count_lines(log, "swapped the processor") >= 1).await;
+    }
+    for shard in &shards {
+        stream.put(shard, &[format!("v2-{shard}")]).await;
+    }
+    // Each worker's shard is processed by v2.
+    for worker in [&mut first, &mut second] {
+        worker.wait_for("a record by v2", LIMIT, |log| tagged(log).iter().any(|r| r.starts_with("v2-"))).await;
+    }
+
+    let (code, text) = run_to_exit(&["deploy", "--rollback", "--application", &application], &[]).await;
+    assert_eq!(code, 0, "{text}");
+    for worker in [&mut first, &mut second] {
+        worker.wait_for("the version before", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
+    }
+    let (a, log_a) = first.interrupt().await;
+    let (b, log_b) = second.interrupt().await;
+    assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
+    for log in [&log_a, &log_b] {
+        assert_eq!(count_lines(log, "deploy "), 2, "a swap to the deployed version, then back:\n{}", log.join("\n"));
+    }
 }

@@ -55,11 +55,39 @@ pub enum Command {
         kcl-host status --application orders-totals --watch 2s\n  \
         kcl-host status --application orders-totals --lag --stream orders --json")]
     Status(StatusArgs),
+    /// Deploy a processor to every worker of an application (through its
+    /// control table), or roll back to the one before.
+    #[command(after_help = "Examples:\n  \
+        kcl-host deploy /shared/processors/v2.wasm --application orders-totals\n  \
+        kcl-host deploy --rollback --application orders-totals\n\n\
+        The path must be readable by every worker (a shared volume); each worker checks the\n\
+        component, then rolls it out like a local swap (a canary shard, then the rest).")]
+    Deploy(DeployArgs),
     /// Make a processor project that builds and replays as created.
     #[command(after_help = "Examples:\n  \
         kcl-host init orders-totals --lang rust\n  \
         kcl-host init orders-totals --lang go")]
     Init(InitArgs),
+}
+
+/// `kcl-host deploy`.
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// The component to deploy (checked here first).
+    #[arg(required_unless_present = "rollback")]
+    pub processor: Option<PathBuf>,
+    /// Application name (the lease table; the control table is `<application>-KclHostControl`).
+    #[arg(long, env = "KCL_HOST_APPLICATION")]
+    pub application: String,
+    /// Pin the version deployed before the current one.
+    #[arg(long, conflicts_with = "processor")]
+    pub rollback: bool,
+    /// AWS region (else AWS_REGION or the profile's).
+    #[arg(long, env = "KCL_HOST_REGION")]
+    pub region: Option<String>,
+    /// AWS profile (else AWS_PROFILE).
+    #[arg(long, env = "KCL_HOST_PROFILE")]
+    pub profile: Option<String>,
 }
 
 /// `kcl-host init`.

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kcl_host::aws::{AwsClients, AwsError};
-use kcl_host::cli::{Cli, Command, LogFormat, ReplayArgs, RunArgs, StatusArgs};
+use kcl_host::cli::{Cli, Command, DeployArgs, LogFormat, ReplayArgs, RunArgs, StatusArgs};
 use kcl_host::config::{duration, Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
 use kcl_host::runtime::bindings::ShardInfo;
@@ -28,6 +28,7 @@ fn main() -> ExitCode {
             Command::Replay(args) => run_replay(args).await,
             Command::Run(args) => run_worker(args).await,
             Command::Status(args) => run_status(args).await,
+            Command::Deploy(args) => run_deploy(args).await,
             Command::Init(args) => {
                 let sdk = args.sdk.unwrap_or_else(kcl_host::init::default_sdk_root);
                 let files = kcl_host::init::create(&args.name, args.lang, &sdk).map_err(|e| e.to_string())?;
@@ -100,7 +101,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     );
     let aws = config.aws.clone();
     let requests = clients.requests.clone();
-    let swapper = std::sync::Arc::new(Swapper::new(runtime.clone(), processor));
+    let swapper = std::sync::Arc::new(Swapper::new(runtime.clone(), processor, &args.processor));
     tokio::spawn(swapper.clone().on_signal(args.processor.clone()));
     if args.watch {
         tokio::spawn(swapper.clone().on_change(args.processor.clone()));
@@ -119,6 +120,42 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     );
     let requests: Vec<String> = requests.snapshot().iter().map(|(op, n)| format!("{op}={n}")).collect();
     tracing::info!("requests sent: {}", requests.join(" "));
+    Ok(())
+}
+
+async fn run_deploy(args: DeployArgs) -> Result<(), String> {
+    use kcl_host::lease::control::{ControlTable, Version};
+    let settings = kcl_host::aws::AwsSettings { region: args.region.clone(), profile: args.profile.clone(), ..Default::default() };
+    let clients = AwsClients::from_env(&settings).await.map_err(|e| e.to_string())?;
+    let control = ControlTable::new(clients.dynamodb.clone(), &args.application);
+    control.ensure().await.map_err(|e| e.to_string())?;
+    let read = control.read().await.map_err(|e| e.to_string())?;
+    // Before the first deploy, what the workers run (if they agree) is what a rollback returns to.
+    let running: std::collections::BTreeSet<_> = read.heartbeats.iter().filter_map(|h| h.running.clone()).map(|v| (v.hash, v.source)).collect();
+    let running = (running.len() == 1).then(|| running.into_iter().next().map(|(hash, source)| Version { hash, source })).flatten();
+    let deployed = read.deployed;
+    let (wanted, previous) = match &args.processor {
+        Some(path) => {
+            let source = std::fs::canonicalize(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+            let runtime = Runtime::new(RuntimeConfig { max_instances: 2, ..RuntimeConfig::default() }).map_err(|e| format!("cannot start wasmtime: {e}"))?;
+            let processor = Processor::load(&runtime, &source).await.map_err(|e| e.to_string())?;
+            processor.check_initialize().await.map_err(|e| format!("not deploying: its initialize failed in a test instance: {e}"))?;
+            let wanted = Version { hash: processor.hash().to_owned(), source: source.display().to_string() };
+            (wanted, deployed.map(|d| d.wanted).or(running))
+        }
+        None => match deployed {
+            Some(kcl_host::lease::control::Deployed { wanted, previous: Some(previous) }) => (previous, Some(wanted)),
+            _ => return Err(format!("nothing to roll back to: `{}` has no earlier deploy", args.application)),
+        },
+    };
+    control.deploy(&wanted, previous.as_ref()).await.map_err(|e| e.to_string())?;
+    println!(
+        "deployed {} ({}) to `{}`; every worker swaps to it at its next heartbeat read{}",
+        wanted.hash,
+        wanted.source,
+        args.application,
+        previous.map_or(String::new(), |p| format!(" (before: {})", p.hash))
+    );
     Ok(())
 }
 

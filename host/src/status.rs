@@ -84,8 +84,8 @@ fn now_ms() -> u64 {
 /// Reads both tables. A heartbeat older than `failover_time` counts as stopped.
 pub async fn read(clients: &AwsClients, application: &str, failover_time: Duration) -> Result<Report, LeaseError> {
     let scan = DynamoStore::new(clients.dynamodb.clone(), application).scan().await?;
-    let heartbeats = match ControlTable::new(clients.dynamodb.clone(), application).rows().await {
-        Ok(rows) => rows,
+    let heartbeats = match ControlTable::new(clients.dynamodb.clone(), application).read().await {
+        Ok(read) => read.heartbeats,
         // A table only Java KCL (or an older kcl-host) has used.
         Err(LeaseError::Aws(crate::aws::AwsError::TableMissing(_))) => Vec::new(),
         Err(e) => return Err(e),

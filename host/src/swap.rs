@@ -1,6 +1,6 @@
 //! Where a new processor version comes from: SIGHUP (the same path read
-//! again), `--watch` (the path's file changed) or the admin listener's
-//! `POST /swap`. Each is checked the same way before any shard sees it —
+//! again), `--watch` (the path's file changed), the admin listener's
+//! `POST /swap`, or the control table's `deploy` row (`kcl-host deploy`). Each is checked the same way before any shard sees it —
 //! the load checks of start-up plus a test instance's `initialize` — and
 //! offered to the worker, which rolls it out (`worker::deploy`).
 
@@ -16,12 +16,21 @@ use crate::runtime::{Processor, Runtime};
 pub struct Swapper {
     runtime: Runtime,
     offers: watch::Sender<Processor>,
+    /// Where the version offered last was loaded from.
+    source: std::sync::Mutex<String>,
 }
 
 impl Swapper {
-    /// `processor` is the version running now.
-    pub fn new(runtime: Runtime, processor: Processor) -> Self {
-        Self { runtime, offers: watch::channel(processor).0 }
+    /// `processor`, loaded from `source`, is the version running now.
+    pub fn new(runtime: Runtime, processor: Processor, source: &Path) -> Self {
+        let source = std::fs::canonicalize(source).unwrap_or_else(|_| source.to_path_buf()).display().to_string();
+        Self { runtime, offers: watch::channel(processor).0, source: std::sync::Mutex::new(source) }
+    }
+
+    /// The version offered last: its hash, and where it came from (what the
+    /// heartbeat row reports, so `kcl-host deploy --rollback` can return to it).
+    pub fn current(&self) -> (String, String) {
+        (self.current_hash(), self.source.lock().expect("not poisoned").clone())
     }
 
     /// The worker's end: the current version, and each one offered.
@@ -29,19 +38,38 @@ impl Swapper {
         self.offers.subscribe()
     }
 
+    /// The start of the running version's SHA-256.
+    pub fn current_hash(&self) -> String {
+        self.offers.borrow().hash().to_owned()
+    }
+
+    /// Loads and checks the component at `path` without offering it.
+    pub async fn load(&self, path: &Path) -> Result<Processor, String> {
+        Processor::load(&self.runtime, path).await.map_err(|e| e.to_string())
+    }
+
     /// Loads `path` and offers it; `Err` says why it was refused (and nothing changed).
     pub async fn offer_path(&self, path: &Path, trigger: &str) -> Result<String, String> {
-        let loaded = Processor::load(&self.runtime, path).await.map_err(|e| e.to_string());
-        self.offer(loaded, trigger).await
+        let loaded = self.load(path).await;
+        let offered = self.offer_loaded(loaded, trigger).await;
+        if offered.is_ok() {
+            *self.source.lock().expect("not poisoned") = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string();
+        }
+        offered
     }
 
     /// Offers a component given as bytes (`POST /swap` with the file as its body).
     pub async fn offer_bytes(&self, bytes: &[u8], trigger: &str) -> Result<String, String> {
         let loaded = Processor::from_bytes(&self.runtime, Path::new("the posted component"), bytes).await.map_err(|e| e.to_string());
-        self.offer(loaded, trigger).await
+        let offered = self.offer_loaded(loaded, trigger).await;
+        if offered.is_ok() {
+            *self.source.lock().expect("not poisoned") = "(posted to /swap)".into();
+        }
+        offered
     }
 
-    async fn offer(&self, loaded: Result<Processor, String>, trigger: &str) -> Result<String, String> {
+    /// Checks a loaded component with a test `initialize` and offers it.
+    pub async fn offer_loaded(&self, loaded: Result<Processor, String>, trigger: &str) -> Result<String, String> {
         let current = self.offers.borrow().hash().to_owned();
         let result = match loaded {
             Err(e) => Err(format!("not swapping, the shards keep running {current}: {e}")),

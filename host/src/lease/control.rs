@@ -4,9 +4,15 @@
 //!
 //! | attribute | type | meaning |
 //! |---|---|---|
-//! | `key` | S (hash key) | `worker/<worker id>` |
+//! | `key` | S (hash key) | `worker/<worker id>`, or `deploy` |
 //! | `heartbeat` | N | bumped once per renewal period while the worker runs |
 //! | `beatMillis` | N | the worker's clock at its last beat, for people (the rules use only `heartbeat`) |
+//! | `processorHash`, `processorSource` | S | the processor the worker runs, and where it was loaded from |
+//!
+//! The `deploy` row (written by `kcl-host deploy`) names the processor every
+//! worker should run: `hash` (the start of its SHA-256) and `source` (a
+//! path every worker can read), and the version before it as
+//! `previousHash` / `previousSource` for `--rollback`.
 //!
 //! Why a heartbeat: one small row per worker, read strongly consistent every
 //! [`poll_interval`], lets the others see a worker die within that interval
@@ -28,6 +34,8 @@ use super::LeaseError;
 
 /// Prefix of a worker's heartbeat row key.
 const WORKER: &str = "worker/";
+/// The key of the deployed-version row.
+const DEPLOY: &str = "deploy";
 
 /// A dead worker's row is deleted after this many failover times.
 pub const FORGET_AFTER: u32 = 6;
@@ -45,6 +53,31 @@ pub struct Heartbeat {
     pub heartbeat: u64,
     /// The worker's clock at its last beat, in milliseconds since the Unix epoch.
     pub beat_ms: Option<u64>,
+    /// The processor it runs.
+    pub running: Option<Version>,
+}
+
+/// A processor version, as the `deploy` row names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// The start of the component's SHA-256 (`Processor::hash`).
+    pub hash: String,
+    /// Where every worker loads it from.
+    pub source: String,
+}
+
+/// The `deploy` row: the version wanted, and the one before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deployed {
+    pub wanted: Version,
+    pub previous: Option<Version>,
+}
+
+/// One read of the whole control table.
+#[derive(Clone, Debug, Default)]
+pub struct ControlRead {
+    pub heartbeats: Vec<Heartbeat>,
+    pub deployed: Option<Deployed>,
 }
 
 /// The control table of one application.
@@ -64,16 +97,19 @@ impl ControlTable {
         self.table.ensure().await
     }
 
-    /// Bumps `worker`'s heartbeat (creating its row on the first beat).
-    pub async fn beat(&self, worker: &str) -> Result<(), LeaseError> {
+    /// Bumps `worker`'s heartbeat (creating its row on the first beat), with
+    /// the processor version it runs.
+    pub async fn beat(&self, worker: &str, running: &Version) -> Result<(), LeaseError> {
         let millis = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
         self.table
             .client
             .update_item()
             .table_name(&self.table.name)
             .key("key", AttributeValue::S(format!("{WORKER}{worker}")))
-            .update_expression("ADD heartbeat :one SET beatMillis = :millis")
+            .update_expression("ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source")
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":hash", AttributeValue::S(running.hash.clone()))
+            .expression_attribute_values(":source", AttributeValue::S(running.source.clone()))
             .expression_attribute_values(":millis", AttributeValue::N(millis.to_string()))
             .send()
             .await
@@ -107,23 +143,25 @@ impl ControlTable {
         }
     }
 
-    /// Every worker's heartbeat counter, read strongly consistent: a stale
-    /// read could make a live worker look dead.
-    pub async fn heartbeats(&self) -> Result<Vec<(String, u64)>, LeaseError> {
-        Ok(self.rows().await?.into_iter().map(|row| (row.worker, row.heartbeat)).collect())
-    }
-
-    /// Every worker's heartbeat row.
-    pub async fn rows(&self) -> Result<Vec<Heartbeat>, LeaseError> {
-        let mut beats = Vec::new();
+    /// Every row, read strongly consistent: a stale read could make a live
+    /// worker look dead.
+    pub async fn read(&self) -> Result<ControlRead, LeaseError> {
+        let mut read = ControlRead::default();
         let mut pages = self.table.client.scan().table_name(&self.table.name).consistent_read(true).into_paginator().send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.table.error("Scan (heartbeats)", e))?;
             for item in page.items() {
-                let key = match item.get("key") {
-                    Some(AttributeValue::S(key)) => key,
-                    _ => continue,
+                let text = |name: &str| match item.get(name) {
+                    Some(AttributeValue::S(value)) => Some(value.clone()),
+                    _ => None,
                 };
+                let Some(key) = text("key") else { continue };
+                if key == DEPLOY {
+                    let version = |hash: &str, source: &str| Some(Version { hash: text(hash)?, source: text(source)? });
+                    read.deployed = version("hash", "source")
+                        .map(|wanted| Deployed { wanted, previous: version("previousHash", "previousSource") });
+                    continue;
+                }
                 let (Some(worker), Some(AttributeValue::N(n))) = (key.strip_prefix(WORKER), item.get("heartbeat")) else {
                     continue;
                 };
@@ -131,12 +169,33 @@ impl ControlTable {
                     Some(AttributeValue::N(ms)) => ms.parse().ok(),
                     _ => None,
                 };
+                let running = text("processorHash").zip(text("processorSource")).map(|(hash, source)| Version { hash, source });
                 if let Ok(heartbeat) = n.parse() {
-                    beats.push(Heartbeat { worker: worker.to_owned(), heartbeat, beat_ms });
+                    read.heartbeats.push(Heartbeat { worker: worker.to_owned(), heartbeat, beat_ms, running });
                 }
             }
         }
-        Ok(beats)
+        Ok(read)
+    }
+
+    /// Records `version` as the one every worker should run, the one wanted
+    /// until now becoming the previous one.
+    pub async fn deploy(&self, version: &Version, previous: Option<&Version>) -> Result<(), LeaseError> {
+        let mut put = self
+            .table
+            .client
+            .put_item()
+            .table_name(&self.table.name)
+            .item("key", AttributeValue::S(DEPLOY.into()))
+            .item("hash", AttributeValue::S(version.hash.clone()))
+            .item("source", AttributeValue::S(version.source.clone()));
+        if let Some(previous) = previous {
+            put = put
+                .item("previousHash", AttributeValue::S(previous.hash.clone()))
+                .item("previousSource", AttributeValue::S(previous.source.clone()));
+        }
+        put.send().await.map_err(|e| self.table.error("PutItem (deploy)", e))?;
+        Ok(())
     }
 }
 
@@ -160,7 +219,8 @@ impl FleetWatch {
 
     /// Notes a fresh read; `true` when the fleet changed so that a take pass
     /// is worth doing now (a worker joined, stopped or died).
-    pub fn observe(&mut self, beats: Vec<(String, u64)>, now: Instant) -> bool {
+    pub fn observe(&mut self, heartbeats: &[Heartbeat], now: Instant) -> bool {
+        let beats: Vec<(String, u64)> = heartbeats.iter().map(|h| (h.worker.clone(), h.heartbeat)).collect();
         self.tracker.observe(beats.iter().map(|(w, n)| (w.as_str(), *n)), now);
         let mut fleet = Fleet { live: BTreeSet::from([self.me.clone()]), dead: BTreeSet::new() };
         for (worker, beat) in &beats {
@@ -214,33 +274,33 @@ mod tests {
 
     const FAILOVER: Duration = Duration::from_secs(10);
 
-    fn beats(rows: &[(&str, u64)]) -> Vec<(String, u64)> {
-        rows.iter().map(|(w, n)| (w.to_string(), *n)).collect()
+    fn beats(rows: &[(&str, u64)]) -> Vec<Heartbeat> {
+        rows.iter().map(|(w, n)| Heartbeat { worker: w.to_string(), heartbeat: *n, beat_ms: None, running: None }).collect()
     }
 
     #[test]
     fn a_still_heartbeat_is_dead_one_failover_time_after_it_was_first_seen() {
         let start = Instant::now();
         let mut watch = FleetWatch::new("me", FAILOVER);
-        assert!(watch.observe(beats(&[("me", 1), ("w2", 7)]), start), "w2 joined");
+        assert!(watch.observe(&beats(&[("me", 1), ("w2", 7)]), start), "w2 joined");
         assert_eq!(watch.next_death(), Some(start + FAILOVER));
-        assert!(!watch.observe(beats(&[("me", 2), ("w2", 7)]), start + Duration::from_secs(9)));
-        assert!(watch.observe(beats(&[("me", 3), ("w2", 7)]), start + FAILOVER), "w2 died");
+        assert!(!watch.observe(&beats(&[("me", 2), ("w2", 7)]), start + Duration::from_secs(9)));
+        assert!(watch.observe(&beats(&[("me", 3), ("w2", 7)]), start + FAILOVER), "w2 died");
         assert_eq!(watch.fleet().dead, BTreeSet::from(["w2".to_owned()]));
         assert_eq!(watch.next_death(), None, "nobody left to watch");
         assert!(watch.forgettable(start + FAILOVER * 5).is_empty());
-        assert_eq!(watch.forgettable(start + FAILOVER * FORGET_AFTER), beats(&[("w2", 7)]));
+        assert_eq!(watch.forgettable(start + FAILOVER * FORGET_AFTER), [("w2".to_owned(), 7)]);
     }
 
     #[test]
     fn a_moving_heartbeat_stays_live_and_a_deleted_row_is_a_stop() {
         let start = Instant::now();
         let mut watch = FleetWatch::new("me", FAILOVER);
-        watch.observe(beats(&[("w2", 1)]), start);
-        assert!(!watch.observe(beats(&[("w2", 2)]), start + Duration::from_secs(8)));
-        assert!(!watch.observe(beats(&[("w2", 3)]), start + Duration::from_secs(16)));
+        watch.observe(&beats(&[("w2", 1)]), start);
+        assert!(!watch.observe(&beats(&[("w2", 2)]), start + Duration::from_secs(8)));
+        assert!(!watch.observe(&beats(&[("w2", 3)]), start + Duration::from_secs(16)));
         assert_eq!(watch.next_death(), Some(start + Duration::from_secs(26)));
-        assert!(watch.observe(Vec::new(), start + Duration::from_secs(17)), "w2 stopped");
+        assert!(watch.observe(&[], start + Duration::from_secs(17)), "w2 stopped");
         assert_eq!(watch.fleet().live, BTreeSet::from(["me".to_owned()]), "this worker is always live to itself");
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::control::FleetWatch;
+use super::control::{FleetWatch, Heartbeat};
 use super::coordinator::{Coordinator, HeldLease};
 use super::memory::MemoryStore;
 use super::rules::{is_ready, TakeSettings};
@@ -236,8 +236,9 @@ impl Sim {
                     worker.consumers.remove(lost.key());
                 }
             }
-            let beats: Vec<(String, u64)> = self.heartbeats.iter().map(|(w, n)| (w.clone(), *n)).collect();
-            let fleet_changed = worker.watch.as_mut().is_some_and(|watch| watch.observe(beats, tokio::time::Instant::now()));
+            let beats: Vec<Heartbeat> =
+                self.heartbeats.iter().map(|(w, n)| Heartbeat { worker: w.clone(), heartbeat: *n, beat_ms: None, running: None }).collect();
+            let fleet_changed = worker.watch.as_mut().is_some_and(|watch| watch.observe(&beats, tokio::time::Instant::now()));
             if let Some(watch) = &worker.watch {
                 worker.coordinator.set_fleet(watch.fleet().clone());
             }

@@ -35,7 +35,7 @@ use crate::admin::{self, Health};
 use crate::fanout::{self, KinesisSubscriptions};
 use crate::metrics::{Metrics, ShardMetrics};
 use crate::swap::Swapper;
-use crate::lease::control::{self, ControlTable, FleetWatch};
+use crate::lease::control::{self, ControlTable, Deployed, FleetWatch};
 use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::{Lease, LeaseError, LeaseStore};
@@ -210,9 +210,9 @@ pub async fn run(
     let me = config.worker_id.clone();
     let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
     // Others see this worker (and may give it leases) from its first beat on.
-    beat(&control, &me, &coordinator.liveness()).await?;
+    beat(&control, &me, &swapper, &coordinator.liveness()).await?;
     let mut fleet = FleetWatch::new(&me, failover);
-    fleet.observe(control.heartbeats().await?, Instant::now());
+    fleet.observe(&control.read().await?.heartbeats, Instant::now());
     coordinator.set_fleet(fleet.fleet().clone());
 
     let fan_out = match config.retrieval {
@@ -260,7 +260,7 @@ pub async fn run(
 
     // Renewals in a task of their own: no take pass or shard sync delays them.
     let renewals = tokio::spawn(
-        renew_every(coordinator.renewer(failover / 3), control.clone(), me.clone(), coordinator.liveness(), metrics.clone(), failover / 3)
+        renew_every(coordinator.renewer(failover / 3), control.clone(), me.clone(), swapper.clone(), coordinator.liveness(), metrics.clone(), failover / 3)
             .in_current_span(),
     );
     let poll = control::poll_interval(failover);
@@ -271,6 +271,8 @@ pub async fn run(
     sync.reset();
     tokio::pin!(shutdown);
     let mut refused = None;
+    // The `deploy` row versions already acted on (so a bad one is tried once).
+    let mut deploys_tried = HashSet::new();
 
     loop {
         health.loop_ran();
@@ -287,9 +289,12 @@ pub async fn run(
             _ = tokio::time::sleep_until(take_at) => pass_now = true,
             _ = tokio::time::sleep_until(poll_at) => {
                 next_poll = Instant::now() + poll;
-                match control.heartbeats().await {
-                    Ok(beats) => {
-                        if fleet.observe(beats, Instant::now()) {
+                match control.read().await {
+                    Ok(read) => {
+                        if let Some(deployed) = &read.deployed {
+                            follow_deploy(deployed, &swapper, &mut deploys_tried).await;
+                        }
+                        if fleet.observe(&read.heartbeats, Instant::now()) {
                             let now = fleet.fleet();
                             tracing::info!(live = ?now.live, dead = ?now.dead, "the fleet changed");
                             coordinator.set_fleet(now.clone());
@@ -406,11 +411,34 @@ pub async fn run(
     }
 }
 
-/// Writes this worker's heartbeat; on success its leases stay valid one
-/// failover time from when the write was sent.
-async fn beat(control: &ControlTable, me: &str, liveness: &Liveness) -> Result<(), LeaseError> {
+/// Swaps to the version the `deploy` row names, when it is not running (and
+/// was not tried already).
+async fn follow_deploy(deployed: &Deployed, swapper: &Swapper, tried: &mut HashSet<String>) {
+    let wanted = &deployed.wanted;
+    if swapper.current_hash() == wanted.hash || !tried.insert(wanted.hash.clone()) {
+        return;
+    }
+    let trigger = format!("deploy {}", wanted.hash);
+    match swapper.load(std::path::Path::new(&wanted.source)).await {
+        Ok(candidate) if candidate.hash() != wanted.hash => tracing::error!(
+            "{trigger}: `{}` holds {}, not the deployed {}: not swapping (deploy again, or fix the file)",
+            wanted.source,
+            candidate.hash(),
+            wanted.hash
+        ),
+        Ok(_) => {
+            let _ = swapper.offer_path(std::path::Path::new(&wanted.source), &trigger).await;
+        }
+        Err(e) => tracing::error!("{trigger}: not swapping: {e}"),
+    }
+}
+
+/// Writes this worker's heartbeat (with the processor it runs); on success
+/// its leases stay valid one failover time from when the write was sent.
+async fn beat(control: &ControlTable, me: &str, swapper: &Swapper, liveness: &Liveness) -> Result<(), LeaseError> {
     let sent = Instant::now();
-    control.beat(me).await?;
+    let (hash, source) = swapper.current();
+    control.beat(me, &control::Version { hash, source }).await?;
     liveness.beat(sent);
     Ok(())
 }
@@ -420,6 +448,7 @@ async fn renew_every<S: LeaseStore>(
     renewer: Renewer<S>,
     control: ControlTable,
     me: String,
+    swapper: Arc<Swapper>,
     liveness: Arc<Liveness>,
     metrics: Arc<Metrics>,
     period: Duration,
@@ -430,7 +459,7 @@ async fn renew_every<S: LeaseStore>(
     let mut failed = 0;
     loop {
         tick.tick().await;
-        let (beaten, lost) = tokio::join!(beat(&control, &me, &liveness), renewer.renew_all());
+        let (beaten, lost) = tokio::join!(beat(&control, &me, &swapper, &liveness), renewer.renew_all());
         if let Err(e) = beaten {
             tracing::warn!("could not write the heartbeat (the leases stop being valid if this goes on): {e}");
         }
