@@ -161,7 +161,47 @@ async fn swap() {
     println!("swap of {SHARDS} shards on one worker: SIGHUP -> all on the new processor {took:.2} s; {again} records delivered again");
 }
 
-/// `cargo bench --bench handoff [-- handoffs|requests|swap]`: every part, or some.
+/// `kcl-host deploy` to two workers of 4 shards each: deploy → every shard
+/// of both on the new processor.
+async fn fleet_swap() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-deploy"), 8).await;
+    let application = unique("bench-deploy-app");
+    let processor = kcl_testkit::guest("counter").display().to_string();
+    let cache = std::env::temp_dir().join("kcl-host-bench-cache").display().to_string();
+    let start = |worker: &str| {
+        KclHost::spawn(
+            env!("CARGO_BIN_EXE_kcl-host").as_ref(),
+            &[
+                "run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", worker,
+                "--idle-time-between-reads", "200ms", "--cache-dir", &cache, "--swap-canary-batches", "0",
+            ],
+        )
+    };
+    let mut first = start("w1");
+    first.wait_for("all 8 shards", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 8).await;
+    let mut second = start("w2");
+    until(&aws.dynamodb, &application, &[("w1", 4), ("w2", 4)], Instant::now()).await;
+    second.wait_for("its 4 shards", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 4).await;
+    let tagged = kcl_testkit::guest("tagged").display().to_string();
+    let deployed = Instant::now();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_kcl-host"))
+        .args(["deploy", &tagged, "--application", &application])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for worker in [&mut first, &mut second] {
+        worker.wait_for("its shards swapped", LIMIT, |log| log.iter().filter(|l| l.contains("swapped the processor")).count() >= 4).await;
+    }
+    let took = deployed.elapsed().as_secs_f64();
+    for worker in [first, second] {
+        let (status, log) = worker.interrupt().await;
+        assert!(status.success(), "{}", log.join("\n"));
+    }
+    println!("fleet swap, 2 workers x 4 shards: kcl-host deploy (its own checks included) -> every shard on the new processor {took:.2} s");
+}
+
+/// `cargo bench --bench handoff [-- handoffs|requests|swap|deploy]`: every part, or some.
 #[tokio::main]
 async fn main() {
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -176,5 +216,8 @@ async fn main() {
     }
     if wanted("swap") {
         swap().await;
+    }
+    if wanted("deploy") {
+        fleet_swap().await;
     }
 }

@@ -815,7 +815,7 @@ async fn watch_swaps_when_a_symlink_is_pointed_at_a_new_file() {
     host.wait_for("v2's record", LIMIT, |log| tagged(log).iter().any(|r| r == "after-the-swap")).await;
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
-    assert_eq!(count_lines(&log, "--watch: swapping every shard"), 1, "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "--watch: swapping from"), 1, "{}", log.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -839,7 +839,7 @@ async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() 
     // v2 (the faulty guest) goes to one shard; one good batch there promotes it.
     std::fs::copy(kcl_testkit::guest("faulty"), &path).unwrap();
     host.signal(SIGHUP);
-    host.wait_for("the canary", LIMIT, |log| count_lines(log, "canary: this shard runs the new version first") >= 1).await;
+    host.wait_for("the canary", LIMIT, |log| count_lines(log, "swapped the processor") >= 1).await;
     let log = host.log().await;
     let canary = log.iter().find(|l| l.contains("canary: this shard")).unwrap().rsplit_once("shard=").unwrap().1.trim_matches('"').to_owned();
     assert_eq!(count_lines(&log, "swapped the processor"), 1, "only the canary swapped");
@@ -928,4 +928,33 @@ async fn deploy_swaps_every_worker_and_rollback_brings_them_back() {
     for log in [&log_a, &log_b] {
         assert_eq!(count_lines(log, "deploy "), 2, "a swap to the deployed version, then back:\n{}", log.join("\n"));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_that_fails_the_canary_input_is_refused() {
+    const SIGHUP: i32 = 1;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("canary-input"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let (path, sample) = (dir.path().join("processor.wasm"), dir.path().join("sample.jsonl"));
+    std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
+    std::fs::write(&sample, "{\"data\": \"fine\"}\n{\"data\": \"panic\"}\n").unwrap();
+    let application = unique("canary-input-app");
+    let (processor, cache, sample) = (path.display().to_string(), test_cache_dir().display().to_string(), sample.display().to_string());
+    let args = [
+        "run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms",
+        "--cache-dir", &cache, "--swap-canary-input", &sample,
+    ];
+    let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    host.wait_for("the shard", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    // The faulty guest traps on `panic`, which the sample has.
+    std::fs::copy(kcl_testkit::guest("faulty"), &path).unwrap();
+    host.signal(SIGHUP);
+    host.wait_for("the refusal", LIMIT, |log| count_lines(log, "it failed on --swap-canary-input") >= 1).await;
+    stream.put(&shard, &["still-v1".to_owned()]).await;
+    host.wait_for("v1's record", LIMIT, |log| log.iter().any(|l| l.contains("kcl_host::guest: record ") && l.contains(" still-v1 still-v1 "))).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "swapped the processor"), 0, "no shard swapped");
 }

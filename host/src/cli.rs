@@ -198,6 +198,9 @@ pub struct RunArgs {
     /// Swap the processor whenever its file changes (SIGHUP always reloads it).
     #[arg(long)]
     pub watch: bool,
+    /// Records (as for `replay`) a new processor must process without error before any shard swaps to it.
+    #[arg(long)]
+    pub swap_canary_input: Option<PathBuf>,
     /// On a swap, batches one canary shard must process without error before the rest swap; 0 swaps all at once [default: 3].
     #[arg(long, env = "KCL_HOST_SWAP_CANARY_BATCHES")]
     pub swap_canary_batches: Option<u32>,

@@ -68,7 +68,7 @@ async fn run_replay(args: ReplayArgs) -> Result<(), String> {
         starting_checkpoint: "TRIM_HORIZON".into(),
         starting_sub_sequence_number: None,
     };
-    match replay::replay(&processor, shard, records, args.batch_size).await {
+    match replay::replay(&processor, shard, records, args.batch_size, true).await {
         Ok(report) => {
             print_summary(&report);
             Ok(())
@@ -101,7 +101,13 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     );
     let aws = config.aws.clone();
     let requests = clients.requests.clone();
-    let swapper = std::sync::Arc::new(Swapper::new(runtime.clone(), processor, &args.processor));
+    let mut swapper = Swapper::new(runtime.clone(), processor, &args.processor);
+    if let Some(path) = &args.swap_canary_input {
+        let file = File::open(path).map_err(|e| format!("cannot open --swap-canary-input `{}`: {e}", path.display()))?;
+        let records = replay::read_records(BufReader::new(file)).map_err(|e| format!("--swap-canary-input {}: {e}", path.display()))?;
+        swapper = swapper.with_canary_input(records);
+    }
+    let swapper = std::sync::Arc::new(swapper);
     tokio::spawn(swapper.clone().on_signal(args.processor.clone()));
     if args.watch {
         tokio::spawn(swapper.clone().on_change(args.processor.clone()));

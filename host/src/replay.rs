@@ -114,27 +114,35 @@ pub struct ReplayError {
     pub report: ReplayReport,
 }
 
-/// Prints each checkpoint as it happens and keeps it for the report.
+/// Keeps each checkpoint for the report, and prints it as it happens
+/// when `print` is set.
 #[derive(Clone, Default)]
-struct PrintingSink(Arc<Mutex<Vec<String>>>);
+struct RecordingSink {
+    checkpoints: Arc<Mutex<Vec<String>>>,
+    print: bool,
+}
 
-impl CheckpointSink for PrintingSink {
+impl CheckpointSink for RecordingSink {
     fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
-        println!("checkpoint {position}");
-        self.0.lock().expect("not poisoned").push(position.to_string());
+        if self.print {
+            println!("checkpoint {position}");
+        }
+        self.checkpoints.lock().expect("not poisoned").push(position.to_string());
         Box::pin(async { Ok(()) })
     }
 }
 
-/// Runs initialize, `records` in batches of `batch_size`, then shutdown(shard-end).
+/// Runs initialize, `records` in batches of `batch_size`, then
+/// shutdown(shard-end); `print_checkpoints` prints each one to stdout.
 pub async fn replay(
     processor: &Processor,
     shard: ShardInfo,
     records: Batch,
     batch_size: usize,
+    print_checkpoints: bool,
 ) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
-    let sink = PrintingSink::default();
+    let sink = RecordingSink { print: print_checkpoints, ..RecordingSink::default() };
     let mut report = ReplayReport::default();
     let fail = |call: String, error: CallError, report: ReplayReport| {
         let records_done = report.records;
@@ -154,7 +162,7 @@ pub async fn replay(
         let count = batch.len();
         batch.millis_behind_latest = behind_latest_ms(&batch, total - report.records - count);
         if let Err(e) = instance.process_records(&mut batch).await {
-            report.checkpoints = sink.0.lock().expect("not poisoned").clone();
+            report.checkpoints = sink.checkpoints.lock().expect("not poisoned").clone();
             let call = format!("process-records (batch {}, records {}..={})", report.batches + 1, report.records + 1, report.records + count);
             return Err(fail(call, e, report));
         }
@@ -162,7 +170,7 @@ pub async fn replay(
         report.records += count;
     }
     let result = instance.shutdown(ShutdownReason::ShardEnd).await;
-    report.checkpoints = sink.0.lock().expect("not poisoned").clone();
+    report.checkpoints = sink.checkpoints.lock().expect("not poisoned").clone();
     report.elapsed = started.elapsed();
     match result {
         Ok(()) => Ok(report),

@@ -10,11 +10,16 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::records::Batch;
+use crate::replay;
+use crate::runtime::bindings::ShardInfo;
 use crate::runtime::{Processor, Runtime};
 
 /// Checks new versions and offers them to the worker.
 pub struct Swapper {
     runtime: Runtime,
+    /// `--swap-canary-input`: records every new version must replay without error first.
+    canary_input: Option<Batch>,
     offers: watch::Sender<Processor>,
     /// Where the version offered last was loaded from.
     source: std::sync::Mutex<String>,
@@ -24,7 +29,13 @@ impl Swapper {
     /// `processor`, loaded from `source`, is the version running now.
     pub fn new(runtime: Runtime, processor: Processor, source: &Path) -> Self {
         let source = std::fs::canonicalize(source).unwrap_or_else(|_| source.to_path_buf()).display().to_string();
-        Self { runtime, offers: watch::channel(processor).0, source: std::sync::Mutex::new(source) }
+        Self { runtime, canary_input: None, offers: watch::channel(processor).0, source: std::sync::Mutex::new(source) }
+    }
+
+    /// Every new version must first replay `records` (its whole lifecycle,
+    /// in a throwaway instance) without error.
+    pub fn with_canary_input(self, records: Batch) -> Self {
+        Self { canary_input: Some(records), ..self }
     }
 
     /// The version offered last: its hash, and where it came from (what the
@@ -74,8 +85,8 @@ impl Swapper {
         let result = match loaded {
             Err(e) => Err(format!("not swapping, the shards keep running {current}: {e}")),
             Ok(candidate) if candidate.hash() == current => Ok(format!("{current} is the processor already running")),
-            Ok(candidate) => match candidate.check_initialize().await {
-                Err(e) => Err(format!("not swapping to {}, its initialize failed in a test instance: {e}", candidate.hash())),
+            Ok(candidate) => match self.check(&candidate).await {
+                Err(e) => Err(format!("not swapping to {}, {e}", candidate.hash())),
                 Ok(()) => {
                     let message = format!("swapping from {current} to {}", candidate.hash());
                     self.offers.send_replace(candidate);
@@ -88,6 +99,22 @@ impl Swapper {
             Err(message) => tracing::error!("{trigger}: {message}"),
         }
         result
+    }
+
+    /// A test `initialize`, and the canary input's replay when there is one.
+    async fn check(&self, candidate: &Processor) -> Result<(), String> {
+        candidate.check_initialize().await.map_err(|e| format!("its initialize failed in a test instance: {e}"))?;
+        let Some(records) = &self.canary_input else { return Ok(()) };
+        let shard = ShardInfo {
+            stream_name: "swap-canary-input".into(),
+            shard_id: "swap-canary-input".into(),
+            starting_checkpoint: "TRIM_HORIZON".into(),
+            starting_sub_sequence_number: None,
+        };
+        replay::replay(candidate, shard, records.clone(), 500, false)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("it failed on --swap-canary-input: {e}"))
     }
 
     /// SIGHUP reloads the processor from `path`, until the process ends.
