@@ -82,12 +82,8 @@ pub struct DeployArgs {
     /// Pin the version deployed before the current one.
     #[arg(long, conflicts_with = "processor")]
     pub rollback: bool,
-    /// AWS region (else AWS_REGION or the profile's).
-    #[arg(long, env = "KCL_HOST_REGION")]
-    pub region: Option<String>,
-    /// AWS profile (else AWS_PROFILE).
-    #[arg(long, env = "KCL_HOST_PROFILE")]
-    pub profile: Option<String>,
+    #[command(flatten)]
+    pub aws: AccountArgs,
 }
 
 /// `kcl-host init`.
@@ -124,12 +120,26 @@ pub struct StatusArgs {
     /// A heartbeat older than this counts as stopped (the workers' --failover-time) [default: 10s].
     #[arg(long, env = "KCL_HOST_FAILOVER_TIME")]
     pub failover_time: Option<String>,
+    #[command(flatten)]
+    pub aws: AccountArgs,
+}
+
+/// Which AWS account and region the table commands read; endpoints come
+/// from the standard chain (AWS_ENDPOINT_URL_*).
+#[derive(Debug, Args)]
+pub struct AccountArgs {
     /// AWS region (else AWS_REGION or the profile's).
     #[arg(long, env = "KCL_HOST_REGION")]
     pub region: Option<String>,
     /// AWS profile (else AWS_PROFILE).
     #[arg(long, env = "KCL_HOST_PROFILE")]
     pub profile: Option<String>,
+}
+
+impl AccountArgs {
+    pub fn settings(&self) -> crate::aws::AwsSettings {
+        crate::aws::AwsSettings { region: self.region.clone(), profile: self.profile.clone(), ..Default::default() }
+    }
 }
 
 /// `kcl-host run`. Settings left out here come from the config file, then defaults.

@@ -131,8 +131,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
 
 async fn run_deploy(args: DeployArgs) -> Result<(), String> {
     use kcl_host::lease::control::{ControlTable, Version};
-    let settings = kcl_host::aws::AwsSettings { region: args.region.clone(), profile: args.profile.clone(), ..Default::default() };
-    let clients = AwsClients::from_env(&settings).await.map_err(|e| e.to_string())?;
+    let clients = AwsClients::from_env(&args.aws.settings()).await.map_err(|e| e.to_string())?;
     let control = ControlTable::new(clients.dynamodb.clone(), &args.application);
     control.ensure().await.map_err(|e| e.to_string())?;
     let read = control.read().await.map_err(|e| e.to_string())?;
@@ -166,8 +165,7 @@ async fn run_deploy(args: DeployArgs) -> Result<(), String> {
 }
 
 async fn run_status(args: StatusArgs) -> Result<(), String> {
-    let settings = kcl_host::aws::AwsSettings { region: args.region.clone(), profile: args.profile.clone(), ..Default::default() };
-    let clients = AwsClients::from_env(&settings).await.map_err(|e| e.to_string())?;
+    let clients = AwsClients::from_env(&args.aws.settings()).await.map_err(|e| e.to_string())?;
     let default_failover = kcl_host::lease::rules::TakeSettings::default().failover_time;
     let failover = duration("failover_time", args.failover_time.as_deref(), default_failover).map_err(|e| e.to_string())?;
     let every = match &args.watch {
