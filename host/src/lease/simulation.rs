@@ -123,7 +123,7 @@ impl Sim {
         let id = format!("w{}", self.next_worker);
         self.next_worker += 1;
         let coordinator = Coordinator::new(self.store.clone(), id.clone(), self.settings.clone());
-        let watch = (self.next_worker % 3 != 0).then(|| FleetWatch::new(id.clone(), self.settings.failover_time));
+        let watch = (!self.next_worker.is_multiple_of(3)).then(|| FleetWatch::new(id.clone(), self.settings.failover_time));
         if watch.is_some() {
             // The worker loop writes the first heartbeat before it takes anything.
             *self.heartbeats.entry(id.clone()).or_default() += 1;
