@@ -110,6 +110,22 @@ impl Batch {
         (0..self.len()).map(|i| self.get(i).expect("in range"))
     }
 
+    /// Where record `i` is, as a checkpoint would name it.
+    pub fn position(&self, i: usize) -> Option<Position> {
+        self.get(i)?.position().ok()
+    }
+
+    /// The positions of every record, without the data: what a checkpoint
+    /// can name once the batch itself has moved on.
+    pub fn positions(&self) -> Positions {
+        Positions {
+            sequence_numbers: self.sequence_numbers.clone(),
+            sequence_number_ends: self.sequence_number_ends.clone(),
+            sub_sequence_numbers: self.sub_sequence_numbers.clone(),
+            flags: self.flags.clone(),
+        }
+    }
+
     /// The records after `position` only: a restart at a checkpoint inside
     /// an aggregate reads the aggregate again and skips what was done.
     pub fn after(&self, position: &Position) -> Batch {
@@ -118,6 +134,46 @@ impl Batch {
             kept.push(record);
         }
         kept
+    }
+}
+
+/// The positions of a batch's records ([`Batch::positions`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Positions {
+    sequence_numbers: String,
+    sequence_number_ends: Vec<u32>,
+    sub_sequence_numbers: Vec<u64>,
+    flags: Vec<u8>,
+}
+
+impl Positions {
+    pub fn len(&self) -> usize {
+        self.sequence_number_ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sequence_number_ends.is_empty()
+    }
+
+    fn sequence_number(&self, i: usize) -> &str {
+        cut(self.sequence_numbers.as_str(), &self.sequence_number_ends, i)
+    }
+
+    /// Record `i`'s position. Sequence numbers come from Kinesis (or replay,
+    /// which validates its input), so one that does not parse is `None`.
+    pub fn get(&self, i: usize) -> Option<Position> {
+        let flags = *self.flags.get(i)?;
+        let sub = if flags & AGGREGATED != 0 { self.sub_sequence_numbers[i] } else { 0 };
+        Position::new(self.sequence_number(i), sub).ok()
+    }
+
+    pub fn last(&self) -> Option<Position> {
+        self.get(self.len().checked_sub(1)?)
+    }
+
+    /// The last user record of Kinesis record `sequence_number`, if it is here.
+    pub fn last_of(&self, sequence_number: &str) -> Option<Position> {
+        (0..self.len()).rev().find(|&i| self.sequence_number(i) == sequence_number).and_then(|i| self.get(i))
     }
 }
 

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::bindings::CheckpointError;
-use crate::records::{Batch, Position};
+use crate::records::{Batch, Position, Positions};
 
 /// The future a [`CheckpointSink`] returns.
 pub type CheckpointFuture<'a> =
@@ -19,52 +19,6 @@ pub type CheckpointFuture<'a> =
 pub trait CheckpointSink: Send {
     /// Records that every record up to and including `position` is processed.
     fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_>;
-}
-
-/// The positions of one delivered batch: its sequence-number column (with
-/// end offsets) and sub-sequence numbers, copied from the batch.
-struct Delivered {
-    batch: Batch,
-}
-
-impl Delivered {
-    fn of(batch: &Batch) -> Option<Self> {
-        // Only the position columns: the data is not needed to name a record.
-        let positions = Batch {
-            sequence_numbers: batch.sequence_numbers.clone(),
-            sequence_number_ends: batch.sequence_number_ends.clone(),
-            sub_sequence_numbers: batch.sub_sequence_numbers.clone(),
-            flags: batch.flags.clone(),
-            ..Batch::default()
-        };
-        (!batch.is_empty()).then_some(Self { batch: positions })
-    }
-
-    /// Record `index`'s position. Sequence numbers come from Kinesis (or
-    /// replay, which validates its input), so one that does not parse
-    /// cannot be checkpointed.
-    fn position(&self, index: usize) -> Option<Position> {
-        let seq = self.sequence_number(index)?;
-        let sub = if self.batch.flags[index] & crate::records::AGGREGATED != 0 { self.batch.sub_sequence_numbers[index] } else { 0 };
-        Position::new(seq, sub).ok()
-    }
-
-    fn sequence_number(&self, index: usize) -> Option<&str> {
-        let ends = &self.batch.sequence_number_ends;
-        let end = *ends.get(index)? as usize;
-        let start = if index == 0 { 0 } else { ends[index - 1] as usize };
-        Some(&self.batch.sequence_numbers[start..end])
-    }
-
-    fn last(&self) -> Option<Position> {
-        self.position(self.batch.sequence_number_ends.len().checked_sub(1)?)
-    }
-
-    /// The last user record of record `sequence_number` in this batch.
-    fn last_of(&self, sequence_number: &str) -> Option<Position> {
-        let count = self.batch.sequence_number_ends.len();
-        (0..count).rev().find(|&i| self.sequence_number(i) == Some(sequence_number)).and_then(|i| self.position(i))
-    }
 }
 
 /// A shard's checkpoint state inside one instance's store.
@@ -78,9 +32,9 @@ pub(crate) struct Checkpoints {
     sink: Box<dyn CheckpointSink>,
     last_checkpoint: Option<Position>,
     /// The batch of the current `process-records` call.
-    in_call: Option<Delivered>,
+    in_call: Option<Positions>,
     /// The last batch the processor returned ok for.
-    acknowledged: Option<Delivered>,
+    acknowledged: Option<Positions>,
     lease_lost: bool,
 }
 
@@ -97,7 +51,7 @@ impl Checkpoints {
 
     /// Notes a batch about to be delivered.
     pub(crate) fn delivering(&mut self, batch: &Batch) {
-        self.in_call = Delivered::of(batch);
+        self.in_call = (!batch.is_empty()).then(|| batch.positions());
     }
 
     /// The `process-records` call ended: `ok` says whether its batch is processed.
@@ -109,7 +63,7 @@ impl Checkpoints {
     }
 
     /// The batch a checkpoint may reach into now.
-    fn limit(&self) -> Option<&Delivered> {
+    fn limit(&self) -> Option<&Positions> {
         self.in_call.as_ref().or(self.acknowledged.as_ref())
     }
 
@@ -121,7 +75,7 @@ impl Checkpoints {
     /// `checkpoint()`: the last record of the current batch, or outside a
     /// call the last record processed.
     pub(crate) async fn checkpoint_last(&mut self) -> Result<(), CheckpointError> {
-        match self.limit().and_then(Delivered::last) {
+        match self.limit().and_then(Positions::last) {
             Some(position) => self.checkpoint_at(position).await,
             None if self.lease_lost => Err(CheckpointError::LeaseLost),
             None => Ok(()), // nothing delivered yet: nothing new to record
@@ -131,11 +85,11 @@ impl Checkpoints {
     /// `checkpoint-at-index(i)`: record `i` of the current batch (outside a
     /// call, of the last batch that returned ok).
     pub(crate) async fn checkpoint_at_index(&mut self, index: u32) -> Result<(), CheckpointError> {
-        match self.limit().and_then(|batch| batch.position(index as usize)) {
+        match self.limit().and_then(|batch| batch.get(index as usize)) {
             Some(position) => self.checkpoint_at(position).await,
             None => Err(CheckpointError::InvalidSequenceNumber(format!(
                 "there is no record {index} in the batch (it has {} records)",
-                self.limit().map_or(0, |b| b.batch.sequence_number_ends.len())
+                self.limit().map_or(0, Positions::len)
             ))),
         }
     }
@@ -163,7 +117,7 @@ impl Checkpoints {
         if self.lease_lost {
             return Err(CheckpointError::LeaseLost);
         }
-        match self.limit().and_then(Delivered::last) {
+        match self.limit().and_then(Positions::last) {
             Some(last) if position <= last => {}
             Some(last) => {
                 return Err(CheckpointError::InvalidSequenceNumber(format!(

@@ -374,7 +374,7 @@ impl Unacknowledged {
     fn prune(&mut self, checkpoint: Option<&Position>) {
         let Some(checkpoint) = checkpoint else { return };
         while let Some(front) = self.batches.front() {
-            let covered = front.get(front.len() - 1).and_then(|last| last.position().ok()).is_some_and(|last| last <= *checkpoint);
+            let covered = front.len().checked_sub(1).and_then(|last| front.position(last)).is_some_and(|last| last <= *checkpoint);
             if !covered {
                 break;
             }
