@@ -38,4 +38,17 @@ cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy.wasm" examples/build/legac
 for g in counter json-aggregate; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done
+# Stamp each Rust guest with its package's name and version, as any
+# processor's build can (`wasm-tools metadata add`): kcl-host shows them
+# beside the hash in its logs, metrics and exit line.
+wasm_tools="$root/tools/go/venv/bin/wasm-tools"  # installed by build-go.sh
+stamp() {
+  local id  # path+file:///...#[name@]version
+  id=$(cargo pkgid --quiet -p "$1")
+  id=${id##*#}
+  "$wasm_tools" metadata add --name "$1" --version "${id##*@}" "$2" -o "$2"
+}
+for g in "${guests[@]}"; do stamp "kcl-example-$g" "examples/build/$g.wasm"; done
+for g in faulty tagged; do stamp "kcl-test-guest-$g" "examples/build/$g.wasm"; done
+stamp kcl-test-guest-legacy examples/build/legacy-v0.1.wasm
 echo "guests built: $(cd examples/build && ls *.wasm | tr '\n' ' ')"

@@ -91,10 +91,11 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
     let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
     tracing::info!(
-        "worker {} consuming stream `{}` with {} (lease table `{}`, new shards from {:?}, failover {:?})",
+        "worker {} consuming stream `{}` with {} {} (lease table `{}`, new shards from {:?}, failover {:?})",
         config.worker_id,
         config.stream,
         args.processor.display(),
+        processor.describe(),
         config.application,
         config.initial_position,
         config.take.failover_time,
@@ -119,10 +120,11 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     })?;
     let total: u64 = summary.records.values().sum();
     tracing::info!(
-        "stopped after {:.1}s: {total} records from {} shards; processed to SHARD_END: {:?}",
+        "stopped after {:.1}s: {total} records from {} shards; processed to SHARD_END: {:?}; processor {}",
         summary.elapsed.as_secs_f64(),
         summary.records.len(),
         summary.finished,
+        summary.versions.join(" -> "),
     );
     let requests: Vec<String> = requests.snapshot().iter().map(|(op, n)| format!("{op}={n}")).collect();
     tracing::info!("requests sent: {}", requests.join(" "));

@@ -31,6 +31,8 @@ struct VersionLabels {
     shard: String,
     /// Short SHA-256 of the component.
     processor: String,
+    /// `name@version` from the component's metadata; empty when it has none.
+    component: String,
     /// The `kcl:processor` contract version it implements.
     contract: &'static str,
 }
@@ -52,6 +54,8 @@ pub struct Metrics {
     get_records: Family<ShardLabels, Counter>,
     throttles: Family<ShardLabels, Counter>,
     version: Family<VersionLabels, Gauge>,
+    swaps: Family<ShardLabels, Counter>,
+    rollbacks: Counter,
     leases_held: Gauge,
     leases_taken: Counter,
     leases_stolen: Counter,
@@ -81,6 +85,8 @@ impl Metrics {
             get_records: Family::default(),
             throttles: Family::default(),
             version: Family::default(),
+            swaps: Family::default(),
+            rollbacks: Counter::default(),
             leases_held: Gauge::default(),
             leases_taken: Counter::default(),
             leases_stolen: Counter::default(),
@@ -101,6 +107,8 @@ impl Metrics {
         r.register("get_records_calls", "GetRecords calls", metrics.get_records.clone());
         r.register("get_records_throttles", "GetRecords calls throttled", metrics.throttles.clone());
         r.register("processor_version", "1 for the processor each shard runs", metrics.version.clone());
+        r.register("processor_swaps", "Processor instances replaced by a new version at a batch boundary", metrics.swaps.clone());
+        r.register("processor_rollbacks", "New versions rolled back on every shard after failing on probation", metrics.rollbacks.clone());
         r.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());
         r.register("leases_taken", "Leases taken (free, expired or stolen)", metrics.leases_taken.clone());
         r.register("leases_stolen", "Leases stolen to balance the load", metrics.leases_stolen.clone());
@@ -138,6 +146,10 @@ impl Metrics {
 
     pub fn renewal_failed(&self) {
         self.renewals_failed.inc();
+    }
+
+    pub fn rolled_back(&self) {
+        self.rollbacks.inc();
     }
 }
 
@@ -190,9 +202,15 @@ impl ShardMetrics {
         self.metrics.throttles.get_or_create(&self.labels).inc_by(throttles);
     }
 
-    /// The processor the shard runs now (replacing the one before).
-    pub fn version(&self, processor: &str, contract: &'static str) {
-        let labels = VersionLabels { shard: self.labels.shard.clone(), processor: processor.to_owned(), contract };
+    /// The processor the shard runs now (replacing the one before): its
+    /// hash, `name@version` if it has one, and contract version.
+    pub fn version(&self, processor: &str, component: Option<&str>, contract: &'static str) {
+        let labels = VersionLabels {
+            shard: self.labels.shard.clone(),
+            processor: processor.to_owned(),
+            component: component.unwrap_or_default().to_owned(),
+            contract,
+        };
         self.metrics.version.get_or_create(&labels).set(1);
         if let Some(previous) = self.version.lock().expect("not poisoned").replace(labels.clone())
             && previous != labels
@@ -201,10 +219,15 @@ impl ShardMetrics {
         }
     }
 
+    /// The shard's instance was replaced by a new version.
+    pub fn swapped(&self) {
+        self.metrics.swaps.get_or_create(&self.labels).inc();
+    }
+
     /// Removes every series of the shard: its lease is gone from this worker.
     pub fn forget(&self) {
         let m = &self.metrics;
-        for family in [&m.records, &m.bytes, &m.batches, &m.restarts, &m.checkpoints_written, &m.checkpoints_refused, &m.get_records, &m.throttles] {
+        for family in [&m.records, &m.bytes, &m.batches, &m.restarts, &m.checkpoints_written, &m.checkpoints_refused, &m.get_records, &m.throttles, &m.swaps] {
             family.remove(&self.labels);
         }
         m.millis_behind.remove(&self.labels);
@@ -227,14 +250,18 @@ mod tests {
         let metrics = Arc::new(Metrics::new("orders", "w1"));
         let shard = metrics.shard("shardId-000000000001");
         shard.processed(3, 30, Duration::from_millis(2));
-        shard.version("abc123", "0.2.0");
+        shard.version("abc123", None, "0.2.0");
         metrics.leases_held(1);
         let text = metrics.encode();
         assert!(text.contains(r#"kcl_host_records_processed_total{stream="orders",worker="w1",shard="shardId-000000000001"} 3"#), "{text}");
         assert!(text.contains(r#"kcl_host_leases_held{stream="orders",worker="w1"} 1"#), "{text}");
-        shard.version("def456", "0.2.0");
+        shard.version("def456", Some("counter@2.0.0"), "0.2.0");
+        shard.swapped();
+        metrics.rolled_back();
         let text = metrics.encode();
-        assert!(text.contains(r#"processor="def456""#) && !text.contains("abc123"), "a swap replaces the version: {text}");
+        assert!(text.contains(r#"processor="def456",component="counter@2.0.0""#) && !text.contains("abc123"), "a swap replaces the version: {text}");
+        assert!(text.contains(r#"kcl_host_processor_swaps_total{stream="orders",worker="w1",shard="shardId-000000000001"} 1"#), "{text}");
+        assert!(text.contains(r#"kcl_host_processor_rollbacks_total{stream="orders",worker="w1"} 1"#), "{text}");
         shard.forget();
         let text = metrics.encode();
         assert!(!text.contains("shardId-000000000001"), "{text}");

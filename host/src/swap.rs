@@ -81,14 +81,14 @@ impl Swapper {
 
     /// Checks a loaded component with a test `initialize` and offers it.
     pub async fn offer_loaded(&self, loaded: Result<Processor, String>, trigger: &str) -> Result<String, String> {
-        let current = self.offers.borrow().hash().to_owned();
+        let current = self.offers.borrow().clone();
         let result = match loaded {
-            Err(e) => Err(format!("not swapping, the shards keep running {current}: {e}")),
-            Ok(candidate) if candidate.hash() == current => Ok(format!("{current} is the processor already running")),
+            Err(e) => Err(format!("not swapping, the shards keep running {}: {e}", current.describe())),
+            Ok(candidate) if candidate.hash() == current.hash() => Ok(format!("{} is the processor already running", current.describe())),
             Ok(candidate) => match self.check(&candidate).await {
-                Err(e) => Err(format!("not swapping to {}, {e}", candidate.hash())),
+                Err(e) => Err(format!("not swapping to {}, {e}", candidate.describe())),
                 Ok(()) => {
-                    let message = format!("swapping from {current} to {}", candidate.hash());
+                    let message = format!("swapping from {} to {}", current.describe(), candidate.describe());
                     self.offers.send_replace(candidate);
                     Ok(message)
                 }

@@ -1,5 +1,6 @@
 //! Where a guest's words end up: its `log` import and its stdout/stderr both
-//! become host log events tagged with the shard.
+//! become host log events tagged with the shard and the processor version
+//! that said them (so the log tells which version processed what).
 
 use std::io;
 use std::pin::Pin;
@@ -19,14 +20,23 @@ pub const GUEST_TARGET: &str = "kcl_host::guest";
 /// Longest line kept from a guest's stdout/stderr; longer lines are split.
 const MAX_LINE: usize = 8 * 1024;
 
+/// Who is speaking: the shard, and the processor version serving it
+/// ([`Processor::describe`](super::Processor::describe)).
+#[derive(Clone)]
+pub(crate) struct Speaker {
+    pub(crate) shard: Arc<str>,
+    pub(crate) processor: Arc<str>,
+}
+
 /// Emits one guest log line at `level`.
-pub(crate) fn emit(shard: &str, level: LogLevel, message: &str) {
+pub(crate) fn emit(speaker: &Speaker, level: LogLevel, message: &str) {
+    let (shard, processor) = (&*speaker.shard, &*speaker.processor);
     match level {
-        LogLevel::Trace => tracing::trace!(target: GUEST_TARGET, shard, "{message}"),
-        LogLevel::Debug => tracing::debug!(target: GUEST_TARGET, shard, "{message}"),
-        LogLevel::Info => tracing::info!(target: GUEST_TARGET, shard, "{message}"),
-        LogLevel::Warn => tracing::warn!(target: GUEST_TARGET, shard, "{message}"),
-        LogLevel::Error => tracing::error!(target: GUEST_TARGET, shard, "{message}"),
+        LogLevel::Trace => tracing::trace!(target: GUEST_TARGET, shard, processor, "{message}"),
+        LogLevel::Debug => tracing::debug!(target: GUEST_TARGET, shard, processor, "{message}"),
+        LogLevel::Info => tracing::info!(target: GUEST_TARGET, shard, processor, "{message}"),
+        LogLevel::Warn => tracing::warn!(target: GUEST_TARGET, shard, processor, "{message}"),
+        LogLevel::Error => tracing::error!(target: GUEST_TARGET, shard, processor, "{message}"),
     }
 }
 
@@ -34,17 +44,17 @@ pub(crate) fn emit(shard: &str, level: LogLevel, message: &str) {
 /// (stdout at info, stderr at warn).
 #[derive(Clone)]
 pub(crate) struct GuestOutput {
-    shard: Arc<str>,
+    speaker: Speaker,
     level: LogLevel,
 }
 
 impl GuestOutput {
-    pub(crate) fn stdout(shard: Arc<str>) -> Self {
-        Self { shard, level: LogLevel::Info }
+    pub(crate) fn stdout(speaker: Speaker) -> Self {
+        Self { speaker, level: LogLevel::Info }
     }
 
-    pub(crate) fn stderr(shard: Arc<str>) -> Self {
-        Self { shard, level: LogLevel::Warn }
+    pub(crate) fn stderr(speaker: Speaker) -> Self {
+        Self { speaker, level: LogLevel::Warn }
     }
 }
 
@@ -95,7 +105,7 @@ impl LineWriter {
     fn emit_pending(&mut self) {
         if !self.pending.is_empty() {
             let line = String::from_utf8_lossy(&self.pending);
-            emit(&self.output.shard, self.output.level, line.trim_end_matches('\r'));
+            emit(&self.output.speaker, self.output.level, line.trim_end_matches('\r'));
             self.pending.clear();
         }
     }

@@ -10,7 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{v0_1, v0_2, CheckpointError, LogLevel, ProcessorError, ShardInfo, ShutdownReason};
 use super::checkpoint::{CheckpointFuture, CheckpointSink, Checkpoints};
-use super::guest_log::{self, GuestOutput};
+use super::guest_log::{self, GuestOutput, Speaker};
 use super::processor::Pre;
 use super::Processor;
 use crate::records::{Batch, Position};
@@ -52,7 +52,8 @@ impl CallError {
 
 /// The data in each instance's store.
 pub(crate) struct ShardState {
-    shard: Arc<str>,
+    /// Whose log lines these are: the shard and the version serving it.
+    speaker: Speaker,
     wasi: WasiCtx,
     table: ResourceTable,
     memory: MemoryCap,
@@ -126,7 +127,7 @@ impl v0_2::kcl::processor::checkpointer::Host for ShardState {
 impl v0_2::kcl::processor::log::Host for ShardState {
     async fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {
         self.check_withdrawn()?;
-        guest_log::emit(&self.shard, level, &message);
+        guest_log::emit(&self.speaker, level, &message);
         Ok(())
     }
 }
@@ -201,19 +202,19 @@ impl Processor {
     ) -> Result<ShardInstance, CallError> {
         let runtime = self.runtime();
         let config = runtime.config();
-        let shard: Arc<str> = shard.into();
+        let speaker = Speaker { shard: shard.into(), processor: self.describe().into() };
         // The builder's defaults are the sandbox: no preopened directories,
         // no environment, no arguments, no sockets.
         let wasi = WasiCtxBuilder::new()
-            .stdout(GuestOutput::stdout(shard.clone()))
-            .stderr(GuestOutput::stderr(shard.clone()))
+            .stdout(GuestOutput::stdout(speaker.clone()))
+            .stderr(GuestOutput::stderr(speaker.clone()))
             .build();
         let memory = MemoryCap {
             limits: StoreLimitsBuilder::new().memory_size(config.memory_limit).build(),
             refused: false,
         };
         let state = ShardState {
-            shard,
+            speaker,
             wasi,
             table: ResourceTable::new(),
             memory,
@@ -296,6 +297,11 @@ enum Exports {
 }
 
 impl ShardInstance {
+    /// The version this is an instance of ([`Processor::describe`]).
+    pub fn processor(&self) -> &str {
+        &self.store.data().speaker.processor
+    }
+
     /// Calls `initialize` with where delivery starts.
     pub async fn initialize(&mut self, shard: &ShardInfo) -> Result<(), CallError> {
         self.begin_call()?;

@@ -15,6 +15,7 @@ mod cache;
 mod checkpoint;
 mod guest_log;
 mod instance;
+mod metadata;
 mod processor;
 
 use std::path::PathBuf;
@@ -26,6 +27,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 pub use checkpoint::{CheckpointFuture, CheckpointSink};
 pub use guest_log::GUEST_TARGET;
 pub use instance::{CallError, ShardInstance};
+pub use metadata::ComponentMetadata;
 pub use processor::{LoadError, Processor};
 
 /// How often the epoch advances: a running guest yields to the async

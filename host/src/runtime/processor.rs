@@ -11,6 +11,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 
 use super::bindings::{v0_1, v0_2, RECORD_PROCESSOR_EXPORTS};
 use super::instance::{NoCheckpoints, ShardState};
+use super::metadata::ComponentMetadata;
 use super::{cache, Runtime};
 
 /// Why a processor could not be loaded. Each message names the file, what is
@@ -69,6 +70,10 @@ struct Inner {
     pre: Pre,
     /// The first 12 hex digits of the component's SHA-256.
     hash: String,
+    /// `name@version` from the component's metadata, when it has them.
+    component: Option<String>,
+    /// What logs call it: the hash, with `(name@version)` when there is one.
+    described: String,
 }
 
 /// A component ready to instantiate, by the contract version it implements.
@@ -110,7 +115,10 @@ impl Processor {
             _ => Pre::V0_2(v0_2::ProcessorPre::new(pre).map_err(wrong_world)?),
         };
         let hash: String = Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect();
-        let processor = Self { inner: Arc::new(Inner { runtime: runtime.clone(), pre, hash }) };
+        let stamped = ComponentMetadata::read(bytes).label();
+        let described = stamped.as_ref().map_or_else(|| hash.clone(), |stamped| format!("{hash} ({stamped})"));
+        let inner = Inner { runtime: runtime.clone(), pre, hash, component: stamped, described };
+        let processor = Self { inner: Arc::new(inner) };
 
         // Export signatures are only checked when an instance is made.
         if let Err(e) = processor.instantiate("load-check", Box::new(NoCheckpoints), None).await {
@@ -135,6 +143,18 @@ impl Processor {
     /// Names this component in logs and metrics: the start of its SHA-256.
     pub fn hash(&self) -> &str {
         &self.inner.hash
+    }
+
+    /// `name@version`, when the component was stamped with them
+    /// (`wasm-tools metadata add --name NAME --version VERSION`).
+    pub fn component(&self) -> Option<&str> {
+        self.inner.component.as_deref()
+    }
+
+    /// The hash, and the name and version when there are some:
+    /// `9f2c1ab3d4e5 (counter@2.1.0)`.
+    pub fn describe(&self) -> &str {
+        &self.inner.described
     }
 
     /// The `kcl:processor` contract version the component implements.

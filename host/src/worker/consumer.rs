@@ -111,7 +111,7 @@ impl<S: LeaseStore> Consumer<S> {
             };
             let wait = backoff.after_failure(started.elapsed());
             self.metrics.restarted();
-            tracing::warn!(shard = %shard, "{error}; restarting from the last checkpoint in {wait:?}");
+            tracing::warn!(shard = %shard, processor = self.processor.borrow().describe(), "{error}; restarting from the last checkpoint in {wait:?}");
             if let Some(outcome) = self.wait(wait).await {
                 return outcome;
             }
@@ -221,7 +221,7 @@ impl<S: LeaseStore> Consumer<S> {
             Ok(instance) => instance,
             Err(e) => return Err(Interrupt::Failed(format!("instantiating the processor failed: {e}"))),
         };
-        self.metrics.version(processor.hash(), processor.contract_version());
+        self.metrics.version(processor.hash(), processor.component(), processor.contract_version());
         // A call still running when the lease's validity ends is stopped:
         // nothing is delivered once another worker may own the shard.
         let held = self.held.clone();
@@ -253,7 +253,7 @@ impl<S: LeaseStore> Consumer<S> {
     ) -> Result<ShardInstance, Interrupt> {
         let shard = self.held.key().to_owned();
         if let Err(e) = old.shutdown(ShutdownReason::Requested).await {
-            tracing::warn!(shard = %shard, "shutdown(requested) before the swap failed: {e}");
+            tracing::warn!(shard = %shard, processor = old.processor(), "shutdown(requested) before the swap failed: {e}");
         }
         drop(old);
         let last_checkpoint = checkpointed.lock().expect("not poisoned").clone();
@@ -268,7 +268,8 @@ impl<S: LeaseStore> Consumer<S> {
                 return Err(interrupt);
             }
         }
-        tracing::info!(shard = %shard, processor = processor.hash(), "swapped the processor; {records} records since the last checkpoint delivered again");
+        self.metrics.swapped();
+        tracing::info!(shard = %shard, processor = processor.describe(), "swapped the processor; {records} records since the last checkpoint delivered again");
         Ok(instance)
     }
 
@@ -295,14 +296,14 @@ impl<S: LeaseStore> Consumer<S> {
                     return None;
                 }
                 Err(CallError::Retryable(message)) => {
-                    tracing::warn!(shard = %self.held.key(), "processor asked for a retry: {message}; delivering the batch again in {backoff:?}");
+                    tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "processor asked for a retry: {message}; delivering the batch again in {backoff:?}");
                     if let Some(outcome) = self.wait(backoff).await {
                         return Some(self.finish_outcome(instance, outcome).await);
                     }
                     backoff = (backoff * 2).min(BACKOFF.1);
                 }
                 Err(CallError::Withdrawn) => {
-                    tracing::warn!(shard = %self.held.key(), "the lease's validity ran out during process-records: call stopped, batch not delivered");
+                    tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "the lease's validity ran out during process-records: call stopped, batch not delivered");
                     return Some(Interrupt::Done(Outcome::LeaseLost));
                 }
                 Err(e) => return Some(Interrupt::Failed(format!("process-records failed: {e}"))),
@@ -317,7 +318,7 @@ impl<S: LeaseStore> Consumer<S> {
         }
         match self.held.checkpoint(Checkpoint::ShardEnd, &children).await {
             Ok(()) => {
-                tracing::info!(shard = %self.held.key(), ?children, "shard processed to its end; SHARD_END written");
+                tracing::info!(shard = %self.held.key(), processor = self.processor.borrow().describe(), ?children, "shard processed to its end; SHARD_END written");
                 Interrupt::Done(Outcome::ShardEnd { children })
             }
             Err(CheckpointFailure::LeaseLost) => Interrupt::Done(Outcome::LeaseLost),
@@ -337,7 +338,7 @@ impl<S: LeaseStore> Consumer<S> {
             instance.revoke_checkpoints();
         }
         if let Err(e) = instance.shutdown(reason).await {
-            tracing::warn!(shard = %self.held.key(), "shutdown({reason:?}) failed: {e}");
+            tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "shutdown({reason:?}) failed: {e}");
         }
         Interrupt::Done(if reason == ShutdownReason::Requested { Outcome::Stopped } else { Outcome::LeaseLost })
     }

@@ -5,11 +5,13 @@
 //! for the rest of the worker's life.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::metrics::Metrics;
 use crate::runtime::Processor;
 
 /// How long after the full rollout failures still count.
@@ -57,14 +59,29 @@ pub struct Deployment {
     candidate: Option<Candidate>,
     blocked: HashSet<String>,
     settings: SwapSettings,
+    metrics: Arc<Metrics>,
+    /// Every version that was settled here, the first one first.
+    history: Vec<String>,
 }
 
 /// Each running shard's processor channel, by shard id.
 pub type Shards<'a> = BTreeMap<&'a str, &'a watch::Sender<Processor>>;
 
 impl Deployment {
-    pub fn new(processor: Processor, settings: SwapSettings) -> Self {
-        Self { current: processor, candidate: None, blocked: HashSet::new(), settings }
+    pub fn new(processor: Processor, settings: SwapSettings, metrics: Arc<Metrics>) -> Self {
+        let history = vec![processor.describe().to_owned()];
+        Self { current: processor, candidate: None, blocked: HashSet::new(), settings, metrics, history }
+    }
+
+    /// Each version this worker settled on, in order (for the exit summary).
+    pub fn history(&self) -> &[String] {
+        &self.history
+    }
+
+    /// `processor` is what new shards run from now on.
+    fn settle(&mut self, processor: Processor) {
+        self.history.push(processor.describe().to_owned());
+        self.current = processor;
     }
 
     /// What a newly started shard runs: the settled version (the canary's
@@ -75,14 +92,17 @@ impl Deployment {
 
     /// A new version was offered: it goes to one canary shard first.
     pub fn offer(&mut self, processor: Processor, shards: Shards<'_>) {
-        let hash = processor.hash().to_owned();
+        let (hash, described) = (processor.hash().to_owned(), processor.describe().to_owned());
         if self.blocked.contains(&hash) {
-            return tracing::error!(processor = %hash, "not swapping: this version was rolled back earlier");
+            return tracing::error!(processor = %described, "not swapping: this version was rolled back earlier");
         }
         let previous = match self.candidate.take() {
             // A newer version replaces one still on trial: back to the settled one first.
             Some(trial) => {
                 send_all(&trial.previous, &shards);
+                if self.current.hash() != trial.previous.hash() {
+                    self.settle(trial.previous.clone());
+                }
                 trial.previous
             }
             None => self.current.clone(),
@@ -90,12 +110,12 @@ impl Deployment {
         let canary = shards.keys().next().filter(|_| self.settings.canary_batches > 0).map(|s| s.to_string());
         match &canary {
             Some(shard) => {
-                tracing::info!(processor = %hash, shard, "canary: this shard runs the new version first");
+                tracing::info!(processor = %described, shard, "canary: this shard runs the new version first");
                 shards[shard.as_str()].send_replace(processor.clone());
             }
             None => {
-                tracing::info!(processor = %hash, "no canary: every shard swaps");
-                self.current = processor.clone();
+                tracing::info!(processor = %described, "no canary: every shard swaps");
+                self.settle(processor.clone());
                 send_all(&processor, &shards);
             }
         }
@@ -118,33 +138,32 @@ impl Deployment {
         }
         trial.ok_batches += 1;
         if trial.canary.is_some() && trial.ok_batches >= self.settings.canary_batches {
-            let hash = trial.processor.hash().to_owned();
-            tracing::info!(processor = %hash, "the canary processed {} batches: every shard swaps", trial.ok_batches);
+            tracing::info!(processor = trial.processor.describe(), "the canary processed {} batches: every shard swaps", trial.ok_batches);
             trial.canary = None;
             trial.everywhere_since = Some(Instant::now());
-            self.current = trial.processor.clone();
             let processor = trial.processor.clone();
             send_all(&processor, &shards);
+            return self.settle(processor);
         }
         if trial.everywhere_since.is_some_and(|since| since.elapsed() >= PROBATION) {
-            tracing::info!(processor = %trial.processor.hash(), "the new version passed its probation");
+            tracing::info!(processor = trial.processor.describe(), "the new version passed its probation");
             self.candidate = None;
         }
     }
 
     fn roll_back(&mut self, shards: Shards<'_>) {
         let trial = self.candidate.take().expect("on trial");
-        let (bad, good) = (trial.processor.hash().to_owned(), trial.previous.hash().to_owned());
         tracing::error!(
-            processor = %bad,
-            "rolling back to {good} on every shard: the new version failed {} times on probation; it is blocked",
+            processor = trial.processor.describe(),
+            "rolling back to {} on every shard: the new version failed {} times on probation; it is blocked",
+            trial.previous.describe(),
             trial.failures
         );
-        self.blocked.insert(bad);
-        self.current = trial.previous.clone();
+        self.metrics.rolled_back();
+        self.blocked.insert(trial.processor.hash().to_owned());
         send_all(&trial.previous, &shards);
+        self.settle(trial.previous);
     }
-
 }
 
 /// Gives every shard `processor` (those that run it already are left alone).

@@ -76,6 +76,9 @@ pub struct Summary {
     pub records: BTreeMap<String, u64>,
     /// Shards this worker processed to their end.
     pub finished: Vec<String>,
+    /// Each processor version it settled on, the one it started with first
+    /// (hash, and `name@version` when the component has them).
+    pub versions: Vec<String>,
     pub elapsed: Duration,
 }
 
@@ -134,7 +137,7 @@ impl Consumers {
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();
-        tracing::info!(shard = %key, processor = self.deployment.current().hash(), "processing");
+        tracing::info!(shard = %key, processor = self.deployment.current().describe(), "processing");
         self.running.insert(key, Running { held: held.clone(), delivered, stop, processor, metrics });
         // In the worker's span: every line of the shard names the worker.
         self.tasks.spawn(
@@ -241,7 +244,7 @@ pub async fn run(
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
     let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
     let mut processor = swapper.subscribe();
-    let deployment = Deployment::new(processor.borrow_and_update().clone(), config.swap);
+    let deployment = Deployment::new(processor.borrow_and_update().clone(), config.swap, metrics.clone());
     let shard_sync_interval = config.shard_sync_interval;
     let mut consumers = Consumers {
         template: Template { kinesis: clients.kinesis.clone(), config, fan_out, metrics: metrics.clone() },
@@ -405,6 +408,7 @@ pub async fn run(
         tracing::warn!("could not delete this worker's heartbeat row (the others see it die instead): {e}");
     }
     summary.elapsed = started.elapsed();
+    summary.versions = consumers.deployment.history().to_vec();
     match refused {
         Some(reason) => Err(WorkerError::Refused(reason)),
         None => Ok(summary),

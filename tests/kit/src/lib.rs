@@ -2,6 +2,7 @@
 //! servers `scripts/servers.sh start` runs (endpoints from `AWS_ENDPOINT_URL_*`).
 
 pub mod process;
+pub mod producer;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -83,22 +84,32 @@ impl TestStream {
     /// Writes `(data, partition key)` records to one shard, in order,
     /// returning their sequence numbers.
     pub async fn put_keyed(&self, shard_id: &str, records: &[(&[u8], &str)]) -> Vec<String> {
+        let records: Vec<(&str, &[u8], &str)> = records.iter().map(|(data, key)| (shard_id, *data, *key)).collect();
+        self.put_to(&records).await
+    }
+
+    /// Writes `(shard, data, partition key)` records, each to its shard (by
+    /// explicit hash key), in order, returning their sequence numbers.
+    pub async fn put_to(&self, records: &[(&str, &[u8], &str)]) -> Vec<String> {
         let shards = self.shards().await;
-        let shard = shards.iter().find(|s| s.id == shard_id).unwrap_or_else(|| panic!("no shard {shard_id}"));
+        let hash_key = |id: &str| {
+            let shard = shards.iter().find(|s| s.id == id).unwrap_or_else(|| panic!("no shard {id}"));
+            shard.starting_hash_key.clone()
+        };
         let mut sequence_numbers = Vec::new();
         for chunk in records.chunks(500) {
-            let entries = chunk.iter().map(|(data, key)| {
+            let entries = chunk.iter().map(|(shard_id, data, key)| {
                 PutRecordsRequestEntry::builder()
                     .data(Blob::new(*data))
                     .partition_key(*key)
-                    .explicit_hash_key(&shard.starting_hash_key)
+                    .explicit_hash_key(hash_key(shard_id))
                     .build()
                     .expect("complete entry")
             });
             let out = self.kinesis.put_records().stream_name(&self.name).set_records(Some(entries.collect())).send().await.expect("PutRecords");
             assert_eq!(out.failed_record_count().unwrap_or(0), 0, "every record written");
-            for result in out.records() {
-                assert_eq!(result.shard_id(), Some(shard_id), "records land on the shard asked for");
+            for ((shard_id, _, _), result) in chunk.iter().zip(out.records()) {
+                assert_eq!(result.shard_id(), Some(*shard_id), "records land on the shard asked for");
                 sequence_numbers.push(result.sequence_number().expect("sequence number").to_owned());
             }
         }

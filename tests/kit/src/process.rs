@@ -10,12 +10,16 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{watch, Mutex};
 
-/// A record as the counter example logs it: `record <seq> <key> <data>`.
+/// A record as the counter example logs it (`record <seq> <key> <data>`),
+/// or the swap tests' tagged v2 (`record-v2 ...`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivered {
     pub shard: String,
     pub sequence_number: String,
     pub data: String,
+    /// The version that processed it, as the host tags each guest line:
+    /// its hash, then `(name@version)` when the component has them.
+    pub processor: String,
 }
 
 /// A running `kcl-host`.
@@ -121,13 +125,28 @@ unsafe extern "C" {
     fn libc_kill(pid: i32, signal: i32) -> i32;
 }
 
-/// Parses a counter-example line: `... kcl_host::guest: record <seq> <key> <data> shard="<id>"`.
+/// Parses a line the counter or the tagged guest logged:
+/// `... kcl_host::guest: record <seq> <key> <data> shard="<id>" processor="<version>"`.
 pub fn parse_delivered(line: &str) -> Option<Delivered> {
-    let rest = line.split_once("kcl_host::guest: record ")?.1;
-    let (body, shard) = rest.rsplit_once(" shard=")?;
+    let (_, rest) = line.split_once("kcl_host::guest: record ").or_else(|| line.split_once("kcl_host::guest: record-v2 "))?;
+    let (body, fields) = rest.rsplit_once(" shard=\"")?;
+    let (shard, fields) = fields.split_once('"')?;
+    let processor = fields.trim().strip_prefix("processor=\"")?.strip_suffix('"')?;
     let mut parts = body.splitn(3, ' ');
     let sequence_number = parts.next()?.to_owned();
     let _key = parts.next()?;
     let data = parts.next().unwrap_or("").to_owned();
-    Some(Delivered { shard: shard.trim_matches('"').to_owned(), sequence_number, data })
+    Some(Delivered { shard: shard.to_owned(), sequence_number, data, processor: processor.to_owned() })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_guest_line_gives_its_record_shard_and_version() {
+        let line = r#"2026-12-03T15:27:38Z  INFO worker{worker=w1}: kcl_host::guest: record-v2 4900 key-1 hello world shard="shardId-000000000000" processor="59979557d27c (tagged@2.0.0)""#;
+        let d = super::parse_delivered(line).unwrap();
+        assert_eq!((d.shard.as_str(), d.sequence_number.as_str(), d.data.as_str()), ("shardId-000000000000", "4900", "hello world"));
+        assert_eq!(d.processor, "59979557d27c (tagged@2.0.0)");
+        assert!(super::parse_delivered(&line.replace("record-v2", "initialize-v2")).is_none());
+    }
 }
