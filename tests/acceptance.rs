@@ -688,6 +688,8 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     control.ensure().await.unwrap();
     let running = kcl_host::lease::control::Version { hash: "abc".into(), source: "/p.wasm".into() };
     control.beat("kcl-1", &running).await.unwrap();
+    let wanted = kcl_host::lease::control::Version { hash: "def".into(), source: "/q.wasm".into() };
+    control.deploy(&wanted, Some(&running)).await.unwrap();
     let long_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() - 60_000;
     aws.dynamodb
         .put_item()
@@ -713,6 +715,8 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     assert_eq!(state("f-stale"), "expired");
     assert!(text.lines().any(|l| l.starts_with("e-java") && l.contains("/3") && l.contains("java-host:1234")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("java-host:1234") && l.contains("none (not kcl-host)")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("kcl-1 ") && l.ends_with(" abc")), "the version it runs: {text}");
+    assert!(text.lines().any(|l| l == "deployed: def from /q.wasm, rollback to abc"), "{text}");
     assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
 
     let (code, json) = run_to_exit(&["status", "--application", &application, "--json"], &[]).await;
@@ -725,7 +729,8 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     assert_eq!(by_name("c-child")["state"], "waiting-for-parents");
     assert_eq!(by_name("f-stale")["state"], "expired");
     let workers = report["workers"].as_array().unwrap();
-    assert!(workers.iter().any(|w| w["worker"] == "kcl-1" && w["leases"] == 1 && w["heartbeat_age_ms"].is_u64()), "{json}");
+    assert!(workers.iter().any(|w| w["worker"] == "kcl-1" && w["leases"] == 1 && w["heartbeat_age_ms"].is_u64() && w["processor"] == "abc"), "{json}");
+    assert_eq!(report["deployed"]["processor"], "def", "{json}");
 }
 
 /// The swap tests' versions, as the host names them on every guest line

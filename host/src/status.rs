@@ -66,6 +66,8 @@ pub struct WorkerRow {
     pub leases: usize,
     /// Since the worker's last heartbeat; `None` for a worker without one.
     pub heartbeat_age_ms: Option<u64>,
+    /// The hash of the processor it runs, as its heartbeat reports it.
+    pub processor: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -73,8 +75,18 @@ pub struct Report {
     pub application: String,
     pub shards: Vec<ShardRow>,
     pub workers: Vec<WorkerRow>,
+    /// What `kcl-host deploy` asked every worker to run, if it was used.
+    pub deployed: Option<DeployedRow>,
     /// Rows that are not leases (left as they are).
     pub unreadable: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeployedRow {
+    pub processor: String,
+    pub source: String,
+    /// What `kcl-host deploy --rollback` returns to.
+    pub previous: Option<String>,
 }
 
 fn now_ms() -> u64 {
@@ -84,12 +96,15 @@ fn now_ms() -> u64 {
 /// Reads both tables. A heartbeat older than `failover_time` counts as stopped.
 pub async fn read(clients: &AwsClients, application: &str, failover_time: Duration) -> Result<Report, LeaseError> {
     let scan = DynamoStore::new(clients.dynamodb.clone(), application).scan().await?;
-    let heartbeats = match ControlTable::new(clients.dynamodb.clone(), application).read().await {
-        Ok(read) => read.heartbeats,
+    let control = match ControlTable::new(clients.dynamodb.clone(), application).read().await {
+        Ok(read) => read,
         // A table only Java KCL (or an older kcl-host) has used.
-        Err(LeaseError::Aws(crate::aws::AwsError::TableMissing(_))) => Vec::new(),
+        Err(LeaseError::Aws(crate::aws::AwsError::TableMissing(_))) => Default::default(),
         Err(e) => return Err(e),
     };
+    let heartbeats = control.heartbeats;
+    let running: HashMap<&str, &str> =
+        heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), h.running.as_ref()?.hash.as_str()))).collect();
     let now = now_ms();
     let ages: HashMap<&str, Option<u64>> =
         heartbeats.iter().map(|h| (h.worker.as_str(), h.beat_ms.map(|ms| now.saturating_sub(ms)))).collect();
@@ -129,9 +144,20 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
     shards.sort_by(|a, b| a.shard.cmp(&b.shard));
     let workers = leases_per_worker
         .into_iter()
-        .map(|(worker, leases)| WorkerRow { heartbeat_age_ms: ages.get(worker.as_str()).copied().flatten(), worker, leases })
+        .map(|(worker, leases)| WorkerRow {
+            heartbeat_age_ms: ages.get(worker.as_str()).copied().flatten(),
+            processor: running.get(worker.as_str()).map(|hash| hash.to_string()),
+            worker,
+            leases,
+        })
         .collect();
-    Ok(Report { application: application.to_owned(), shards, workers, unreadable: scan.unreadable.into_iter().collect() })
+    let deployed = control.deployed.map(|d| DeployedRow {
+        processor: d.wanted.hash,
+        source: d.wanted.source,
+        previous: d.previous.map(|p| p.hash),
+    });
+    let unreadable = scan.unreadable.into_iter().collect();
+    Ok(Report { application: application.to_owned(), shards, workers, deployed, unreadable })
 }
 
 /// Fills `lag_ms` for every shard being processed: one GetRecords from just
@@ -182,10 +208,16 @@ pub fn render(report: &Report) -> String {
         }
         out.push('\n');
     }
-    out.push_str(&format!("\n{:<40} {:>6}  {}\n", "WORKER", "LEASES", "HEARTBEAT"));
+    out.push_str(&format!("\n{:<40} {:>6}  {:<20} {}\n", "WORKER", "LEASES", "HEARTBEAT", "PROCESSOR"));
     for worker in &report.workers {
         let beat = worker.heartbeat_age_ms.map_or("none (not kcl-host)".to_owned(), |ms| format!("{:.1}s ago", ms as f64 / 1000.0));
-        out.push_str(&format!("{:<40} {:>6}  {beat}\n", fit(&worker.worker, 40), worker.leases));
+        let processor = worker.processor.as_deref().unwrap_or("-");
+        out.push_str(&format!("{:<40} {:>6}  {beat:<20} {processor}\n", fit(&worker.worker, 40), worker.leases));
+    }
+    if let Some(deployed) = &report.deployed {
+        let previous = deployed.previous.as_deref().map_or(String::new(), |p| format!(", rollback to {p}"));
+        out.push_str(&fit(&format!("deployed: {} from {}{previous}", deployed.processor, deployed.source), 100));
+        out.push('\n');
     }
     for key in &report.unreadable {
         out.push_str(&format!("unreadable row: {key} (left as it is)\n"));
@@ -211,8 +243,10 @@ mod tests {
                 lag_ms: Some(1_234_567),
             })
             .collect();
-        let workers = vec![WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500) }];
-        let text = render(&Report { application: "orders".into(), shards, workers, unreadable: vec![] });
+        let workers = vec![WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500), processor: Some("9f2c1ab3d4e5".into()) }];
+        let deployed = Some(DeployedRow { processor: "9f2c1ab3d4e5".into(), source: format!("/{}", "d/".repeat(60)), previous: Some("1a2b3c4d5e6f".into()) });
+        let text = render(&Report { application: "orders".into(), shards, workers, deployed, unreadable: vec![] });
+        assert!(text.contains("9f2c1ab3d4e5\n"), "{text}");
         assert_eq!(text.lines().filter(|l| l.starts_with("shardId-")).count(), 64);
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
