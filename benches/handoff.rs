@@ -126,16 +126,22 @@ async fn request_rates(steady: Duration) {
 }
 
 /// Hot swap of 100 shards on one worker: SIGHUP → every shard on the new
-/// processor, and how many records were delivered again.
-async fn swap() {
+/// processor, and how many records were delivered again. `v1` runs first,
+/// after `per_shard` records were put on every shard; with the faulty guest
+/// (which never checkpoints) all of them are delivered again, from memory.
+async fn swap(v1: &str, per_shard: usize) {
     const SHARDS: usize = 100;
     const SIGHUP: i32 = 1;
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("bench-swap"), SHARDS as i32).await;
+    for shard in stream.shards().await {
+        let records: Vec<String> = (0..per_shard).map(|i| format!("{}-{i}", shard.id)).collect();
+        stream.put(&shard.id, &records).await;
+    }
     let dir = std::env::temp_dir().join(unique("bench-swap"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("processor.wasm");
-    std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
+    std::fs::copy(kcl_testkit::guest(v1), &path).unwrap();
     let application = unique("bench-swap-app");
     let cache = std::env::temp_dir().join("kcl-host-bench-cache").display().to_string();
     let processor = path.display().to_string();
@@ -146,7 +152,11 @@ async fn swap() {
             "--cache-dir", &cache, "--swap-canary-batches", "0",
         ],
     );
-    host.wait_for("every shard", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= SHARDS).await;
+    let (ready, wanted) = match per_shard {
+        0 => ("kcl_host::guest: initialize ", SHARDS),
+        n => ("kcl_host::guest: record ", SHARDS * n),
+    };
+    host.wait_for("every shard", LIMIT, |log| log.iter().filter(|l| l.contains(ready)).count() >= wanted).await;
     std::fs::copy(kcl_testkit::guest("tagged"), &path).unwrap();
     let signalled = Instant::now();
     host.signal(SIGHUP);
@@ -158,7 +168,7 @@ async fn swap() {
         .iter()
         .filter_map(|l| l.split_once("swapped the processor; ")?.1.split(' ').next()?.parse::<usize>().ok())
         .sum();
-    println!("swap of {SHARDS} shards on one worker: SIGHUP -> all on the new processor {took:.2} s; {again} records delivered again");
+    println!("swap of {SHARDS} shards on one worker from {v1}: SIGHUP -> all on the new processor {took:.2} s; {again} records delivered again");
 }
 
 /// `kcl-host deploy` to two workers of 4 shards each: deploy → every shard
@@ -215,7 +225,8 @@ async fn main() {
         request_rates(Duration::from_secs(120)).await;
     }
     if wanted("swap") {
-        swap().await;
+        swap("counter", 0).await;
+        swap("faulty", 10).await;
     }
     if wanted("deploy") {
         fleet_swap().await;
