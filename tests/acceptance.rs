@@ -948,6 +948,19 @@ async fn deploy_swaps_eight_shards_under_load_and_refuses_bad_files() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swap_delivers_what_came_after_the_last_checkpoint_again_from_memory() {
+    swap_after_records_past_the_checkpoint("256", "; 5 records since the last checkpoint delivered again").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_over_the_buffer_restarts_the_shard_from_its_checkpoint_and_loses_nothing() {
+    swap_after_records_past_the_checkpoint("0", "did not fit --swap-buffer-mib, so the shard restarts from it").await;
+}
+
+/// Five records on each of two shards processed by a version that never
+/// checkpoints, then a swap with `--swap-buffer-mib buffer`: each shard's
+/// log says `outcome`, and v2 is given those five again, in order, then
+/// what came after — from memory, or read again from Kinesis.
+async fn swap_after_records_past_the_checkpoint(buffer: &str, outcome: &str) {
     const SIGHUP: i32 = 1;
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("redeliver"), 2).await;
@@ -964,13 +977,13 @@ async fn a_swap_delivers_what_came_after_the_last_checkpoint_again_from_memory()
     let (processor, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
     let args = [
         "run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms",
-        "--cache-dir", &cache, "--swap-canary-batches", "0",
+        "--cache-dir", &cache, "--swap-canary-batches", "0", "--swap-buffer-mib", buffer,
     ];
     let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
     host.wait_for("v1's 10 records", LIMIT, |log| delivered(log).len() >= 10).await;
     std::fs::copy(kcl_testkit::guest("tagged"), &path).unwrap();
     host.signal(SIGHUP);
-    host.wait_for("both shards swapped", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
+    host.wait_for("both shards on v2", LIMIT, |log| count_lines(log, outcome) >= 2).await;
     for shard in &shards {
         stream.put(shard, &payloads(&format!("after-{shard}"), 3)).await;
     }
@@ -978,7 +991,7 @@ async fn a_swap_delivers_what_came_after_the_last_checkpoint_again_from_memory()
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
 
-    assert_eq!(count_lines(&log, "; 5 records since the last checkpoint delivered again"), 2, "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, outcome), 2, "{}", log.join("\n"));
     let (v1, v2): (Vec<Delivered>, Vec<Delivered>) = delivered(&log).into_iter().partition(|d| !d.processor.ends_with(V2));
     for shard in &shards {
         let on = |records: &[Delivered]| records.iter().filter(|d| &d.shard == shard).map(|d| d.sequence_number.clone()).collect::<Vec<_>>();

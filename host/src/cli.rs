@@ -217,6 +217,9 @@ pub struct RunArgs {
     /// Failed calls of a new version (traps, deadlines, memory, fatal) that roll every shard back [default: 3].
     #[arg(long, env = "KCL_HOST_SWAP_ROLLBACK_AFTER")]
     pub swap_rollback_after: Option<u32>,
+    /// Record data all shards keep, together, to give a swapped-in version what followed each checkpoint; a shard over it restarts from its checkpoint on a swap instead [default: 256].
+    #[arg(long, env = "KCL_HOST_SWAP_BUFFER_MIB")]
+    pub swap_buffer_mib: Option<usize>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
@@ -244,6 +247,7 @@ impl RunArgs {
             admin_listen: self.admin_listen.clone(),
             swap_canary_batches: self.swap_canary_batches,
             swap_rollback_after: self.swap_rollback_after,
+            swap_buffer_mib: self.swap_buffer_mib,
             max_instances: self.max_instances,
             ..self.runtime.layer()
         }

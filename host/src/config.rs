@@ -13,6 +13,9 @@
 //! shard_sync_interval = "60s"        # shardSyncIntervalMillis
 //! idle_time_between_reads = "1s"     # idleTimeBetweenReadsInMillis
 //! max_records = 10000                # maxRecords
+//! swap_canary_batches = 3            # hot swap: batches on one shard before the rest
+//! swap_rollback_after = 3            # failures of a new version that roll it back
+//! swap_buffer_mib = 256              # records kept (all shards) to deliver again after a swap
 //! memory_limit_mib = 256             # per processor instance
 //! call_deadline = "30s"              # longest one processor call may run
 //! max_instances = 1000               # processor instances at once (caps max_leases)
@@ -68,6 +71,7 @@ pub struct Layer {
     pub admin_listen: Option<String>,
     pub swap_canary_batches: Option<u32>,
     pub swap_rollback_after: Option<u32>,
+    pub swap_buffer_mib: Option<usize>,
     pub memory_limit_mib: Option<usize>,
     pub call_deadline: Option<String>,
     pub max_instances: Option<u32>,
@@ -91,7 +95,7 @@ impl Layer {
         merge!(
             stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
+            idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
         )
     }
 
@@ -214,6 +218,14 @@ impl WorkerConfig {
                 crate::worker::SwapSettings {
                     canary_batches: layer.swap_canary_batches.unwrap_or(defaults.canary_batches),
                     rollback_after: positive("swap_rollback_after", layer.swap_rollback_after.unwrap_or(defaults.rollback_after) as usize)? as u32,
+                    buffer_bytes: match layer.swap_buffer_mib {
+                        Some(mib) => mib.checked_mul(1 << 20).ok_or_else(|| ConfigError::Invalid {
+                            setting: "swap_buffer_mib",
+                            value: mib.to_string(),
+                            reason: "too large".into(),
+                        })?,
+                        None => defaults.buffer_bytes,
+                    },
                 }
             },
             admin_listen: match layer.admin_listen {
@@ -360,6 +372,14 @@ mod tests {
         assert_eq!(c.runtime.max_instances, 8);
         assert_eq!(c.runtime.cache_dir, None, "no_cache wins over cache_dir");
         assert_eq!(c.take.max_leases, 8, "no more leases than instances");
+    }
+
+    #[test]
+    fn swap_settings_have_file_keys() {
+        let file: Layer = toml::from_str("swap_canary_batches = 0\nswap_rollback_after = 5\nswap_buffer_mib = 16").unwrap();
+        let swap = WorkerConfig::resolve(layer().over(file)).unwrap().swap;
+        assert_eq!((swap.canary_batches, swap.rollback_after, swap.buffer_bytes), (0, 5, 16 << 20));
+        assert_eq!(WorkerConfig::resolve(layer()).unwrap().swap.buffer_bytes, 256 << 20);
     }
 
     #[test]

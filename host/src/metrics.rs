@@ -56,6 +56,7 @@ pub struct Metrics {
     version: Family<VersionLabels, Gauge>,
     swaps: Family<ShardLabels, Counter>,
     rollbacks: Counter,
+    swap_buffer: Gauge,
     leases_held: Gauge,
     leases_taken: Counter,
     leases_stolen: Counter,
@@ -87,6 +88,7 @@ impl Metrics {
             version: Family::default(),
             swaps: Family::default(),
             rollbacks: Counter::default(),
+            swap_buffer: Gauge::default(),
             leases_held: Gauge::default(),
             leases_taken: Counter::default(),
             leases_stolen: Counter::default(),
@@ -108,6 +110,7 @@ impl Metrics {
         r.register("get_records_throttles", "GetRecords calls throttled", metrics.throttles.clone());
         r.register("processor_version", "1 for the processor each shard runs", metrics.version.clone());
         r.register("processor_swaps", "Processor instances replaced by a new version at a batch boundary", metrics.swaps.clone());
+        r.register("swap_buffer_bytes", "Record data kept, all shards together, to deliver again after a swap", metrics.swap_buffer.clone());
         r.register("processor_rollbacks", "New versions rolled back on every shard after failing on probation", metrics.rollbacks.clone());
         r.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());
         r.register("leases_taken", "Leases taken (free, expired or stolen)", metrics.leases_taken.clone());
@@ -146,6 +149,10 @@ impl Metrics {
 
     pub fn renewal_failed(&self) {
         self.renewals_failed.inc();
+    }
+
+    pub fn swap_buffer(&self, bytes: usize) {
+        self.swap_buffer.set(bytes as i64);
     }
 
     pub fn rolled_back(&self) {

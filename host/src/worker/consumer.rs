@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::deploy::CallReport;
+use super::redelivery::{Budget, Unacknowledged};
 
 use crate::fanout::{KinesisSubscriptions, Subscriber};
 use crate::fetch::{self, Fetched, FetchSettings, Fetcher, StartingPosition};
@@ -51,6 +52,8 @@ pub struct Consumer<S> {
     pub metrics: ShardMetrics,
     /// How each call of each processor version went, for the rollout.
     pub reports: mpsc::UnboundedSender<CallReport>,
+    /// What all shards may keep for re-delivery after a swap.
+    pub redelivery: Arc<Budget>,
 }
 
 /// First and longest wait before restarting a failed processor.
@@ -165,7 +168,7 @@ impl<S: LeaseStore> Consumer<S> {
         };
         let mut processor_rx = self.processor.clone();
         processor_rx.mark_unchanged();
-        let mut unacknowledged = Unacknowledged::default();
+        let mut unacknowledged = Unacknowledged::new(self.redelivery.clone());
         let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
         let mut fetcher = match &self.fan_out {
             Some(subscriptions) => fetch::prefetch(Subscriber::new(subscriptions.clone(), &shard_id, start, range)),
@@ -259,7 +262,9 @@ impl<S: LeaseStore> Consumer<S> {
         let last_checkpoint = checkpointed.lock().expect("not poisoned").clone();
         let lease = self.held.snapshot().await;
         let again = unacknowledged.since(last_checkpoint.as_ref()).ok_or_else(|| {
-            Interrupt::Failed("swapping the processor: the records since the last checkpoint are no longer all in memory, so the shard restarts from it".into())
+            Interrupt::Failed(
+                "swapping the processor: the records since the last checkpoint did not fit --swap-buffer-mib, so the shard restarts from it".into(),
+            )
         })?;
         let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await?;
         let records: usize = again.iter().map(Batch::len).sum();
@@ -341,63 +346,6 @@ impl<S: LeaseStore> Consumer<S> {
             tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "shutdown({reason:?}) failed: {e}");
         }
         Interrupt::Done(if reason == ShutdownReason::Requested { Outcome::Stopped } else { Outcome::LeaseLost })
-    }
-}
-
-/// Most record data kept for re-delivery after a swap; beyond it a swap
-/// restarts the shard from its checkpoint (reading Kinesis again) instead.
-const UNACKNOWLEDGED_LIMIT: usize = 64 << 20;
-
-/// The batches delivered since the last checkpoint, kept so a swap can
-/// hand them to the new instance without reading Kinesis again.
-#[derive(Default)]
-struct Unacknowledged {
-    batches: std::collections::VecDeque<Batch>,
-    bytes: usize,
-    /// Set once a batch was dropped for the limit: the memory no longer
-    /// covers everything since the checkpoint.
-    incomplete: bool,
-}
-
-impl Unacknowledged {
-    /// Keeps `batch` (delivered ok); drops what `checkpoint` covers.
-    fn delivered(&mut self, batch: Batch, checkpoint: Option<&Position>) {
-        self.bytes += batch.data.len();
-        self.batches.push_back(batch);
-        self.prune(checkpoint);
-        while self.bytes > UNACKNOWLEDGED_LIMIT {
-            let dropped = self.batches.pop_front().expect("over the limit means not empty");
-            self.bytes -= dropped.data.len();
-            self.incomplete = true;
-        }
-    }
-
-    fn prune(&mut self, checkpoint: Option<&Position>) {
-        let Some(checkpoint) = checkpoint else { return };
-        while let Some(front) = self.batches.front() {
-            let covered = front.len().checked_sub(1).and_then(|last| front.position(last)).is_some_and(|last| last <= *checkpoint);
-            if !covered {
-                break;
-            }
-            self.bytes -= front.data.len();
-            self.batches.pop_front();
-            self.incomplete = false;
-        }
-    }
-
-    /// The records after `checkpoint`, as batches; `None` if some were dropped.
-    fn since(&mut self, checkpoint: Option<&Position>) -> Option<Vec<Batch>> {
-        self.prune(checkpoint);
-        if self.incomplete {
-            return None;
-        }
-        Some(
-            self.batches
-                .iter()
-                .map(|b| checkpoint.map_or_else(|| b.clone(), |c| b.after(c)))
-                .filter(|b| !b.is_empty())
-                .collect(),
-        )
     }
 }
 
@@ -489,31 +437,5 @@ mod tests {
         assert_eq!(*waits.last().unwrap(), BACKOFF.1, "capped");
         assert_eq!(backoff.after_failure(HEALTHY), BACKOFF.0, "a healthy period resets it");
         assert_eq!(backoff.after_failure(quick), BACKOFF.0 * 2);
-    }
-
-    fn batch(seqs: &[&str]) -> Batch {
-        seqs.iter()
-            .map(|seq| crate::records::Record {
-                data: b"x",
-                partition_key: "k",
-                sequence_number: seq,
-                sub_sequence_number: None,
-                arrival_timestamp_ms: 0,
-                explicit_hash_key: None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_swap_gets_back_exactly_what_follows_the_checkpoint() {
-        let mut kept = Unacknowledged::default();
-        kept.delivered(batch(&["1", "2"]), None);
-        kept.delivered(batch(&["3", "4"]), None);
-        let at = |seq: &str| Position::new(seq, 0).unwrap();
-        let again = kept.since(Some(&at("3"))).unwrap();
-        let seqs: Vec<Vec<&str>> = again.iter().map(|b| b.iter().map(|r| r.sequence_number).collect()).collect();
-        assert_eq!(seqs, [vec!["4"]], "batch 1-2 is covered, 3 is checkpointed");
-        assert_eq!(kept.batches.len(), 1, "covered batches are dropped");
-        assert_eq!(kept.since(None).unwrap().len(), 1);
     }
 }

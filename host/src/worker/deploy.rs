@@ -26,11 +26,14 @@ pub struct SwapSettings {
     /// Failed calls (traps, deadlines, memory, `fatal`) on probation that
     /// roll the new version back.
     pub rollback_after: u32,
+    /// Most record data all shards keep, together, to deliver again to the
+    /// new instance after a swap (what came after each one's checkpoint).
+    pub buffer_bytes: usize,
 }
 
 impl Default for SwapSettings {
     fn default() -> Self {
-        Self { canary_batches: 3, rollback_after: 3 }
+        Self { canary_batches: 3, rollback_after: 3, buffer_bytes: 256 << 20 }
     }
 }
 

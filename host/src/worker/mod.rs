@@ -17,6 +17,7 @@
 
 mod consumer;
 mod deploy;
+mod redelivery;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +44,7 @@ use crate::runtime::Processor;
 use crate::shard::{self, InitialPosition};
 use consumer::{Consumer, Outcome};
 use deploy::{CallReport, Deployment};
+use redelivery::Budget;
 pub use deploy::SwapSettings;
 
 /// Longest a graceful stop waits for processors to shut down.
@@ -110,6 +112,7 @@ struct Template {
     config: WorkerConfig,
     fan_out: Option<KinesisSubscriptions>,
     metrics: Arc<Metrics>,
+    redelivery: Arc<Budget>,
 }
 
 impl Consumers {
@@ -134,6 +137,7 @@ impl Consumers {
             delivered: delivered.clone(),
             metrics: metrics.clone(),
             reports: self.reports.clone(),
+            redelivery: self.template.redelivery.clone(),
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();
@@ -247,7 +251,13 @@ pub async fn run(
     let deployment = Deployment::new(processor.borrow_and_update().clone(), config.swap, metrics.clone());
     let shard_sync_interval = config.shard_sync_interval;
     let mut consumers = Consumers {
-        template: Template { kinesis: clients.kinesis.clone(), config, fan_out, metrics: metrics.clone() },
+        template: Template {
+            kinesis: clients.kinesis.clone(),
+            redelivery: Budget::new(config.swap.buffer_bytes),
+            config,
+            fan_out,
+            metrics: metrics.clone(),
+        },
         deployment,
         tasks: JoinSet::new(),
         running: BTreeMap::new(),
@@ -280,6 +290,7 @@ pub async fn run(
     loop {
         health.loop_ran();
         metrics.leases_held(consumers.running.len());
+        metrics.swap_buffer(consumers.template.redelivery.used());
         // Java KCL's taker interval: the heartbeats already bring a pass at
         // once when a worker dies, stops or joins.
         let next_pass = last_pass + if short { poll } else { failover * 2 };
