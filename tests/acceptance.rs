@@ -1002,6 +1002,29 @@ async fn swap_after_records_past_the_checkpoint(buffer: &str, outcome: &str) {
     }
 }
 
+/// The processor hash on the first line of `log` that contains `needle`.
+fn log_processor_hash(log: &[String], needle: &str) -> String {
+    let line = log.iter().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} line"));
+    let (_, rest) = line.split_once("processor=\"").unwrap_or_else(|| panic!("no processor on {line}"));
+    rest.chars().take_while(char::is_ascii_hexdigit).collect()
+}
+
+/// Reads the control table until the application's one heartbeat row
+/// reports `hash` (it is rewritten every third of the failover time).
+async fn heartbeat_reports(aws: &AwsClients, application: &str, hash: &str) {
+    let control = kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), application);
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let read = control.read().await.unwrap();
+        let running: Vec<String> = read.heartbeats.iter().filter_map(|h| Some(h.running.as_ref()?.hash.clone())).collect();
+        if running == [hash] {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the heartbeat reports {running:?}, not {hash}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() {
     const SIGHUP: i32 = 1;
@@ -1017,6 +1040,7 @@ async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() 
     let args = [
         "run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms",
         "--cache-dir", &cache, "--swap-canary-batches", "1", "--swap-rollback-after", "3", "--admin-listen", &admin,
+        "--failover-time", "1s",
     ];
     let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
     host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
@@ -1030,6 +1054,8 @@ async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() 
     assert_eq!(count_lines(&log, "swapped the processor"), 1, "only the canary swapped");
     stream.put(&canary, &["fine-on-v2".to_owned()]).await;
     host.wait_for("the rest swapped", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
+    let v2 = log_processor_hash(&host.log().await, "swapped the processor");
+    heartbeat_reports(&aws, &application, &v2).await;
 
     // v2 traps on `panic`: three failures roll every shard back to v1, which processes it all.
     let mut all = vec!["fine-on-v2".to_owned()];
@@ -1040,6 +1066,9 @@ async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() 
     }
     host.wait_for("the rollback", LIMIT, |log| count_lines(log, "rolling back to") >= 1).await;
     host.wait_for("v1 on the rest", LIMIT, |log| shards.iter().all(|s| log.iter().any(|l| l.contains(" record ") && l.contains(&format!(" after-{s} after-{s} "))))).await;
+    // The heartbeat reports the version the worker went back to.
+    let v1 = log_processor_hash(&host.log().await, "processing shard=");
+    heartbeat_reports(&aws, &application, &v1).await;
     let (_, metrics) = http_get(&admin, "/metrics").await;
     assert_eq!(series(&metrics, "kcl_host_processor_rollbacks_total", None), Some(1.0), "{metrics}");
     for shard in &shards {
@@ -1068,9 +1097,15 @@ async fn deploy_swaps_every_worker_and_rollback_brings_them_back() {
     let mut second = start_with("counter", &stream.name, &application, "worker-2", &flags);
     second.wait_for("its share", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
 
-    let tagged_path = guest("tagged");
-    let (code, text) = run_to_exit(&["deploy", &tagged_path, "--application", &application], &[]).await;
+    // Deployed from a file only this machine has, gone before the workers look:
+    // they load it from the component table.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v2.wasm");
+    std::fs::copy(kcl_testkit::guest("tagged"), &file).unwrap();
+    let (code, text) = run_to_exit(&["deploy", &file.display().to_string(), "--application", &application], &[]).await;
     assert_eq!(code, 0, "{text}");
+    assert!(text.contains(&format!("dynamodb://{application}-KclHostComponents/")), "{text}");
+    std::fs::remove_file(&file).unwrap();
     for worker in [&mut first, &mut second] {
         worker.wait_for("the deployed version", LIMIT, |log| count_lines(log, "swapped the processor") >= 1).await;
     }

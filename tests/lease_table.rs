@@ -205,3 +205,21 @@ async fn a_table_that_is_not_a_lease_table_is_refused_by_name() {
     assert!(err.contains("keyed by `orderId` (HASH)"), "{err}");
     assert!(err.contains("--application names the lease table"), "{err}");
 }
+
+#[tokio::test]
+async fn a_deployed_component_larger_than_an_item_comes_back_whole_and_goes() {
+    use kcl_host::lease::components::{ComponentStore, CHUNK};
+    let aws = clients().await;
+    let store = ComponentStore::new(aws.dynamodb.clone(), &unique("components"));
+    store.ensure().await.unwrap();
+    // Three rows' worth, not a multiple of a row: what a 1 MB Go processor takes.
+    let bytes: Vec<u8> = (0..CHUNK * 2 + 12_345).map(|i| (i * 31 % 251) as u8).collect();
+    store.put("9f2c1ab3d4e5", &bytes).await.unwrap();
+    assert_eq!(store.get("9f2c1ab3d4e5").await.unwrap().as_deref(), Some(bytes.as_slice()));
+    assert_eq!(store.get("000000000000").await.unwrap(), None, "a hash never stored");
+    let source = store.source("9f2c1ab3d4e5");
+    assert_eq!(store.hash_in(&source), Some("9f2c1ab3d4e5"));
+    assert_eq!(store.hash_in("/opt/processors/v2.wasm"), None, "a path is not in the table");
+    store.remove("9f2c1ab3d4e5").await.unwrap();
+    assert_eq!(store.get("9f2c1ab3d4e5").await.unwrap(), None);
+}

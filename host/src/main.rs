@@ -132,6 +132,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
 }
 
 async fn run_deploy(args: DeployArgs) -> Result<(), String> {
+    use kcl_host::lease::components::ComponentStore;
     use kcl_host::lease::control::{ControlTable, Version};
     let clients = AwsClients::from_env(&args.aws.settings()).await.map_err(|e| e.to_string())?;
     let control = ControlTable::new(clients.dynamodb.clone(), &args.application);
@@ -141,21 +142,31 @@ async fn run_deploy(args: DeployArgs) -> Result<(), String> {
     let running: std::collections::BTreeSet<_> = read.heartbeats.iter().filter_map(|h| h.running.clone()).map(|v| (v.hash, v.source)).collect();
     let running = (running.len() == 1).then(|| running.into_iter().next().map(|(hash, source)| Version { hash, source })).flatten();
     let deployed = read.deployed;
+    let components = ComponentStore::new(clients.dynamodb.clone(), &args.application);
     let (wanted, previous) = match &args.processor {
         Some(path) => {
-            let source = std::fs::canonicalize(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+            let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
             let runtime = Runtime::new(RuntimeConfig { max_instances: 2, ..RuntimeConfig::default() }).map_err(|e| format!("cannot start wasmtime: {e}"))?;
-            let processor = Processor::load(&runtime, &source).await.map_err(|e| e.to_string())?;
+            let processor = Processor::from_bytes(&runtime, path, &bytes).await.map_err(|e| e.to_string())?;
             processor.check_initialize().await.map_err(|e| format!("not deploying: its initialize failed in a test instance: {e}"))?;
-            let wanted = Version { hash: processor.hash().to_owned(), source: source.display().to_string() };
-            (wanted, deployed.map(|d| d.wanted).or(running))
+            // Stored in DynamoDB, so a worker on any machine can load it.
+            components.ensure().await.map_err(|e| e.to_string())?;
+            components.put(processor.hash(), &bytes).await.map_err(|e| e.to_string())?;
+            let wanted = Version { hash: processor.hash().to_owned(), source: components.source(processor.hash()) };
+            (wanted, deployed.clone().map(|d| d.wanted).or(running))
         }
-        None => match deployed {
+        None => match deployed.clone() {
             Some(kcl_host::lease::control::Deployed { wanted, previous: Some(previous) }) => (previous, Some(wanted)),
             _ => return Err(format!("nothing to roll back to: `{}` has no earlier deploy", args.application)),
         },
     };
     control.deploy(&wanted, previous.as_ref()).await.map_err(|e| e.to_string())?;
+    // Keep what the row names (the wanted version and the one before); the
+    // version that was `previous` until now can go.
+    let dropped = deployed.and_then(|d| d.previous).filter(|old| old.hash != wanted.hash && previous.as_ref().is_none_or(|p| p.hash != old.hash));
+    if let Some(hash) = dropped.as_ref().and_then(|old| components.hash_in(&old.source)) {
+        components.remove(hash).await.map_err(|e| e.to_string())?;
+    }
     println!(
         "deployed {} ({}) to `{}`; every worker swaps to it at its next heartbeat read{}",
         wanted.hash,

@@ -15,21 +15,31 @@ use crate::replay;
 use crate::runtime::bindings::ShardInfo;
 use crate::runtime::{Processor, Runtime};
 
+/// How many versions a worker keeps compiled for a `deploy` to return to.
+const KNOWN_VERSIONS: usize = 4;
+
 /// Checks new versions and offers them to the worker.
 pub struct Swapper {
     runtime: Runtime,
     /// `--swap-canary-input`: records every new version must replay without error first.
     canary_input: Option<Batch>,
     offers: watch::Sender<Processor>,
-    /// Where the version offered last was loaded from.
-    source: std::sync::Mutex<String>,
+    /// The versions offered last, with where each came from: a `deploy` of
+    /// one that ran here before (a rollback) swaps back to it without
+    /// loading anything.
+    known: std::sync::Mutex<Vec<(Processor, String)>>,
+    /// The version the worker settled on (not one still on its canary, nor
+    /// one it rolled back), and its source: what the heartbeat reports.
+    settled: std::sync::Mutex<(String, String)>,
 }
 
 impl Swapper {
     /// `processor`, loaded from `source`, is the version running now.
     pub fn new(runtime: Runtime, processor: Processor, source: &Path) -> Self {
-        let source = std::fs::canonicalize(source).unwrap_or_else(|_| source.to_path_buf()).display().to_string();
-        Self { runtime, canary_input: None, offers: watch::channel(processor).0, source: std::sync::Mutex::new(source) }
+        let source = canonical(source);
+        let settled = std::sync::Mutex::new((processor.hash().to_owned(), source.clone()));
+        let known = std::sync::Mutex::new(vec![(processor.clone(), source)]);
+        Self { runtime, canary_input: None, offers: watch::channel(processor).0, known, settled }
     }
 
     /// Every new version must first replay `records` (its whole lifecycle,
@@ -38,10 +48,18 @@ impl Swapper {
         Self { canary_input: Some(records), ..self }
     }
 
-    /// The version offered last: its hash, and where it came from (what the
-    /// heartbeat row reports, so `kcl-host deploy --rollback` can return to it).
+    /// The version the worker runs: its hash, and where it came from (what
+    /// the heartbeat row reports, so `kcl-host deploy --rollback` can return to it).
     pub fn current(&self) -> (String, String) {
-        (self.current_hash(), self.source.lock().expect("not poisoned").clone())
+        self.settled.lock().expect("not poisoned").clone()
+    }
+
+    /// The worker settled on `processor` (rolled out, or rolled back to).
+    pub fn settled(&self, processor: &Processor) {
+        let known = self.known.lock().expect("not poisoned");
+        if let Some((p, source)) = known.iter().find(|(p, _)| p.hash() == processor.hash()) {
+            *self.settled.lock().expect("not poisoned") = (p.hash().to_owned(), source.clone());
+        }
     }
 
     /// The worker's end: the current version, and each one offered.
@@ -49,9 +67,9 @@ impl Swapper {
         self.offers.subscribe()
     }
 
-    /// The start of the running version's SHA-256.
-    pub fn current_hash(&self) -> String {
-        self.offers.borrow().hash().to_owned()
+    /// A version offered here before, still compiled.
+    pub fn known(&self, hash: &str) -> Option<Processor> {
+        self.known.lock().expect("not poisoned").iter().find(|(p, _)| p.hash() == hash).map(|(p, _)| p.clone())
     }
 
     /// Loads and checks the component at `path` without offering it.
@@ -59,28 +77,26 @@ impl Swapper {
         Processor::load(&self.runtime, path).await.map_err(|e| e.to_string())
     }
 
+    /// Checks the component `bytes` (named `name` in messages) without offering it.
+    pub async fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Processor, String> {
+        Processor::from_bytes(&self.runtime, Path::new(name), bytes).await.map_err(|e| e.to_string())
+    }
+
     /// Loads `path` and offers it; `Err` says why it was refused (and nothing changed).
     pub async fn offer_path(&self, path: &Path, trigger: &str) -> Result<String, String> {
         let loaded = self.load(path).await;
-        let offered = self.offer_loaded(loaded, trigger).await;
-        if offered.is_ok() {
-            *self.source.lock().expect("not poisoned") = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string();
-        }
-        offered
+        self.offer(loaded, canonical(path), trigger).await
     }
 
     /// Offers a component given as bytes (`POST /swap` with the file as its body).
     pub async fn offer_bytes(&self, bytes: &[u8], trigger: &str) -> Result<String, String> {
-        let loaded = Processor::from_bytes(&self.runtime, Path::new("the posted component"), bytes).await.map_err(|e| e.to_string());
-        let offered = self.offer_loaded(loaded, trigger).await;
-        if offered.is_ok() {
-            *self.source.lock().expect("not poisoned") = "(posted to /swap)".into();
-        }
-        offered
+        let loaded = self.load_bytes("the posted component", bytes).await;
+        self.offer(loaded, "(posted to /swap)".into(), trigger).await
     }
 
-    /// Checks a loaded component with a test `initialize` and offers it.
-    pub async fn offer_loaded(&self, loaded: Result<Processor, String>, trigger: &str) -> Result<String, String> {
+    /// Checks a loaded component (from `source`) with a test `initialize`
+    /// and offers it; `Err` says why it was refused.
+    pub async fn offer(&self, loaded: Result<Processor, String>, source: String, trigger: &str) -> Result<String, String> {
         let current = self.offers.borrow().clone();
         let result = match loaded {
             Err(e) => Err(format!("not swapping, the shards keep running {}: {e}", current.describe())),
@@ -89,6 +105,7 @@ impl Swapper {
                 Err(e) => Err(format!("not swapping to {}, {e}", candidate.describe())),
                 Ok(()) => {
                     let message = format!("swapping from {} to {}", current.describe(), candidate.describe());
+                    self.remember(candidate.clone(), source);
                     self.offers.send_replace(candidate);
                     Ok(message)
                 }
@@ -99,6 +116,16 @@ impl Swapper {
             Err(message) => tracing::error!("{trigger}: {message}"),
         }
         result
+    }
+
+    /// Notes `processor` as the newest known version.
+    fn remember(&self, processor: Processor, source: String) {
+        let mut known = self.known.lock().expect("not poisoned");
+        known.retain(|(p, _)| p.hash() != processor.hash());
+        known.push((processor, source));
+        if known.len() > KNOWN_VERSIONS {
+            known.remove(0);
+        }
     }
 
     /// A test `initialize`, and the canary input's replay when there is one.
@@ -151,4 +178,10 @@ impl Swapper {
             let _ = self.offer_path(&path, "--watch").await;
         }
     }
+}
+
+/// `path` made absolute and free of symlinks, when it can be: what a
+/// heartbeat reports as the version's source.
+fn canonical(path: &Path) -> String {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string()
 }

@@ -10,8 +10,9 @@
 //! | `processorHash`, `processorSource` | S | the processor the worker runs, and where it was loaded from |
 //!
 //! The `deploy` row (written by `kcl-host deploy`) names the processor every
-//! worker should run: `hash` (the start of its SHA-256) and `source` (a
-//! path every worker can read), and the version before it as
+//! worker should run: `hash` (the start of its SHA-256) and `source` (where
+//! it is stored, `dynamodb://<application>-KclHostComponents/<hash>` (see
+//! [`super::components`]), or a path), and the version before it as
 //! `previousHash` / `previousSource` for `--rollback`.
 //!
 //! Why a heartbeat: one small row per worker, read strongly consistent every

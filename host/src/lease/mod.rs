@@ -5,6 +5,7 @@
 //! functions of the table's contents and a clock, tested against an
 //! in-memory table; [`coordinator`] applies them through a [`LeaseStore`].
 
+pub mod components;
 pub mod control;
 pub mod coordinator;
 pub mod dynamo;

@@ -99,6 +99,9 @@ impl Deployment {
         if self.blocked.contains(&hash) {
             return tracing::error!(processor = %described, "not swapping: this version was rolled back earlier");
         }
+        if self.candidate.is_none() && hash == self.current.hash() {
+            return tracing::info!(processor = %described, "every shard runs this version already");
+        }
         let previous = match self.candidate.take() {
             // A newer version replaces one still on trial: back to the settled one first.
             Some(trial) => {

@@ -36,6 +36,7 @@ use crate::admin::{self, Health};
 use crate::fanout::{self, KinesisSubscriptions};
 use crate::metrics::{Metrics, ShardMetrics};
 use crate::swap::Swapper;
+use crate::lease::components::ComponentStore;
 use crate::lease::control::{self, ControlTable, Deployed, FleetWatch};
 use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
 use crate::lease::dynamo::DynamoStore;
@@ -212,6 +213,7 @@ pub async fn run(
     shard::list_shards(&clients.kinesis, &config.stream).await?;
     let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application));
     let control = ControlTable::new(clients.dynamodb.clone(), &config.application);
+    let components = ComponentStore::new(clients.dynamodb.clone(), &config.application);
     tokio::try_join!(store.ensure_table(), control.ensure())?;
     let failover = config.take.failover_time;
     let me = config.worker_id.clone();
@@ -306,7 +308,7 @@ pub async fn run(
                 match control.read().await {
                     Ok(read) => {
                         if let Some(deployed) = &read.deployed {
-                            follow_deploy(deployed, &swapper, &mut deploys_tried).await;
+                            follow_deploy(deployed, &swapper, &components, &mut deploys_tried).await;
                         }
                         if fleet.observe(&read.heartbeats, Instant::now()) {
                             let now = fleet.fleet();
@@ -326,9 +328,11 @@ pub async fn run(
             Ok(()) = processor.changed() => {
                 let offered = processor.borrow_and_update().clone();
                 consumers.offer(offered);
+                swapper.settled(consumers.deployment.current());
             }
             Some(report) = reports_rx.recv() => {
                 consumers.report(&report);
+                swapper.settled(consumers.deployment.current());
             }
             _ = sync.tick() => {
                 if let Err(e) = sync_shards(config, &clients, &store, coordinator.leases()).await {
@@ -427,25 +431,32 @@ pub async fn run(
 }
 
 /// Swaps to the version the `deploy` row names, when it is not running (and
-/// was not tried already).
-async fn follow_deploy(deployed: &Deployed, swapper: &Swapper, tried: &mut HashSet<String>) {
+/// was not tried already): one that ran here before is still compiled; a
+/// new one comes from the component table (or the path the row names).
+async fn follow_deploy(deployed: &Deployed, swapper: &Swapper, components: &ComponentStore, tried: &mut HashSet<String>) {
     let wanted = &deployed.wanted;
-    if swapper.current_hash() == wanted.hash || !tried.insert(wanted.hash.clone()) {
+    if swapper.current().0 == wanted.hash || !tried.insert(wanted.hash.clone()) {
         return;
     }
     let trigger = format!("deploy {}", wanted.hash);
-    match swapper.load(std::path::Path::new(&wanted.source)).await {
-        Ok(candidate) if candidate.hash() != wanted.hash => tracing::error!(
-            "{trigger}: `{}` holds {}, not the deployed {}: not swapping (deploy again, or fix the file)",
-            wanted.source,
-            candidate.hash(),
-            wanted.hash
-        ),
-        Ok(_) => {
-            let _ = swapper.offer_path(std::path::Path::new(&wanted.source), &trigger).await;
-        }
-        Err(e) => tracing::error!("{trigger}: not swapping: {e}"),
-    }
+    let loaded = match (swapper.known(&wanted.hash), components.hash_in(&wanted.source)) {
+        (Some(known), _) => Ok(known),
+        (None, Some(hash)) => match components.get(hash).await {
+            Ok(Some(bytes)) => swapper.load_bytes(&wanted.source, &bytes).await,
+            Ok(None) => Err(format!("`{}` is not in the component table: deploy it again", wanted.source)),
+            Err(e) => {
+                // The table may be back at the next poll: try again then.
+                tried.remove(&wanted.hash);
+                return tracing::warn!("{trigger}: could not read `{}`, trying again at the next poll: {e}", wanted.source);
+            }
+        },
+        (None, None) => swapper.load(std::path::Path::new(&wanted.source)).await,
+    };
+    let loaded = loaded.and_then(|candidate| match candidate.hash() == wanted.hash {
+        true => Ok(candidate),
+        false => Err(format!("`{}` holds {}, not the deployed {}; deploy again", wanted.source, candidate.hash(), wanted.hash)),
+    });
+    let _ = swapper.offer(loaded, wanted.source.clone(), &trigger).await;
 }
 
 /// Writes this worker's heartbeat (with the processor it runs); on success
