@@ -327,7 +327,9 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     std::fs::write(&not_wasm, "not a component").unwrap();
     let not_wasm = not_wasm.display().to_string();
     let no_stream = format!("Kinesis stream `{missing_stream}` does not exist");
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    // (arguments, environment, what the message must say)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (vec!["run", &counter, "--application", "a"], vec![], "`stream` is required: pass --stream, set KCL_HOST_STREAM"),
         (vec!["run", &counter, "--stream", &missing_stream, "--application", &table], vec![], &no_stream),
         (

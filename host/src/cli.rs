@@ -39,7 +39,7 @@ pub enum Command {
         Credentials and endpoints come from the standard AWS chain: AWS_REGION, AWS_PROFILE,\n\
         AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB, ~/.aws/config.\n\
         SIGINT or SIGTERM stops gracefully: shutdown(requested) on every shard, leases released.")]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Run a processor on records from a file: initialize, every batch,
     /// shutdown(shard-end). No AWS needed.
     #[command(after_help = "Examples:\n  \

@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Replay(args) => run_replay(args).await,
-            Command::Run(args) => run_worker(args).await,
+            Command::Run(args) => run_worker(*args).await,
             Command::Status(args) => run_status(args).await,
             Command::Deploy(args) => run_deploy(args).await,
             Command::Init(args) => {

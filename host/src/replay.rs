@@ -59,13 +59,13 @@ pub fn read_records(input: impl BufRead) -> Result<Batch, InputError> {
         };
         let sequence_number = input.sequence_number.unwrap_or_else(|| generated_sequence_number(line_no));
         let position = Position::new(&sequence_number, 0).map_err(|e| bad(e.to_string()))?;
-        if let Some(previous) = &last {
-            if position <= *previous {
-                return Err(bad(format!(
-                    "sequence number {sequence_number} is not after the previous record's {previous}; \
-                     records must be in shard order"
-                )));
-            }
+        if let Some(previous) = &last
+            && position <= *previous
+        {
+            return Err(bad(format!(
+                "sequence number {sequence_number} is not after the previous record's {previous}; \
+                 records must be in shard order"
+            )));
         }
         last = Some(position);
         let arrival_timestamp_ms = match input.arrival {

@@ -35,7 +35,7 @@ async fn main() {
             }
         }
         ["leases", table] => {
-            println!("{:<22} {:<14} {:>7}  {:<24} {}", "leaseKey", "leaseOwner", "counter", "checkpoint", "parents -> children");
+            println!("{:<22} {:<14} {:>7}  {:<24} parents -> children", "leaseKey", "leaseOwner", "counter", "checkpoint");
             for lease in leases(&aws.dynamodb, table).await {
                 let mut checkpoint = lease.checkpoint.to_string();
                 if checkpoint.len() > 24 {
