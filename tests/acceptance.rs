@@ -1133,6 +1133,28 @@ async fn deploy_swaps_every_worker_and_rollback_brings_them_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_idle_stream_the_canary_is_promoted_after_its_idle_time() {
+    const SIGHUP: i32 = 1;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("idle-canary"), 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("processor.wasm");
+    std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
+    let application = unique("idle-canary-app");
+    let (processor, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
+    let args = ["run", &processor, "--stream", &stream.name, "--application", &application, "--cache-dir", &cache];
+    let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    std::fs::copy(kcl_testkit::guest("tagged"), &path).unwrap();
+    host.signal(SIGHUP);
+    // No record comes: the canary gets none of its 3 batches, and the rollout goes on anyway.
+    host.wait_for("both shards swapped", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "the canary ran 10s (0 batches) without failing: every shard swaps"), 1, "{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_that_fails_the_canary_input_is_refused() {
     const SIGHUP: i32 = 1;
     let aws = clients().await;

@@ -1,8 +1,9 @@
 //! Rolling a new processor out over this worker's shards: one canary shard
-//! first, the rest once it has processed some batches without error, and
-//! every shard back to the previous version (kept compiled) if the new one
-//! fails too often while on probation. A version rolled back is blocked
-//! for the rest of the worker's life.
+//! (the busiest) first, the rest once it has processed some batches without
+//! error — or, on a stream too idle to give it those batches, once it has
+//! run [`CANARY_IDLE`] without error — and every shard back to the previous
+//! version (kept compiled) if the new one fails too often while on
+//! probation. A version rolled back is blocked for the rest of the worker's life.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -16,6 +17,11 @@ use crate::runtime::Processor;
 
 /// How long after the full rollout failures still count.
 pub const PROBATION: Duration = Duration::from_secs(300);
+
+/// How long a canary that has not had its batches yet (an idle stream) runs
+/// without error before the rest swap: an idle stream must not hold a
+/// rollout forever, and probation still rolls back on the first failures.
+pub const CANARY_IDLE: Duration = Duration::from_secs(10);
 
 /// How a new version is rolled out.
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +56,8 @@ struct Candidate {
     previous: Processor,
     /// The canary shard, until the rest swap.
     canary: Option<String>,
+    /// When the canary got it.
+    offered: Instant,
     ok_batches: u32,
     failures: u32,
     /// When every shard got it; probation ends `PROBATION` later.
@@ -67,8 +75,16 @@ pub struct Deployment {
     history: Vec<String>,
 }
 
-/// Each running shard's processor channel, by shard id.
-pub type Shards<'a> = BTreeMap<&'a str, &'a watch::Sender<Processor>>;
+/// Each running shard, by shard id.
+pub type Shards<'a> = BTreeMap<&'a str, Shard<'a>>;
+
+/// A running shard as the rollout sees it.
+pub struct Shard<'a> {
+    /// Its processor: a new value swaps it at the next batch boundary.
+    pub processor: &'a watch::Sender<Processor>,
+    /// Records it processed so far: the busiest shard is the canary.
+    pub delivered: u64,
+}
 
 impl Deployment {
     pub fn new(processor: Processor, settings: SwapSettings, metrics: Arc<Metrics>) -> Self {
@@ -113,11 +129,12 @@ impl Deployment {
             }
             None => self.current.clone(),
         };
-        let canary = shards.keys().next().filter(|_| self.settings.canary_batches > 0).map(|s| s.to_string());
+        let busiest = shards.iter().max_by_key(|(key, shard)| (shard.delivered, std::cmp::Reverse(*key))).map(|(key, _)| key.to_string());
+        let canary = busiest.filter(|_| self.settings.canary_batches > 0);
         match &canary {
             Some(shard) => {
                 tracing::info!(processor = %described, shard, "canary: this shard runs the new version first");
-                shards[shard.as_str()].send_replace(processor.clone());
+                shards[shard.as_str()].processor.send_replace(processor.clone());
             }
             None => {
                 tracing::info!(processor = %described, "no canary: every shard swaps");
@@ -126,7 +143,22 @@ impl Deployment {
             }
         }
         let everywhere_since = canary.is_none().then(Instant::now);
-        self.candidate = Some(Candidate { processor, previous, canary, ok_batches: 0, failures: 0, everywhere_since });
+        let offered = Instant::now();
+        self.candidate = Some(Candidate { processor, previous, canary, offered, ok_batches: 0, failures: 0, everywhere_since });
+    }
+
+    /// When the canary will have run [`CANARY_IDLE`], if one is on trial.
+    pub fn canary_due(&self) -> Option<Instant> {
+        self.candidate.as_ref().filter(|trial| trial.canary.is_some()).map(|trial| trial.offered + CANARY_IDLE)
+    }
+
+    /// [`Self::canary_due`] has come: the canary ran that long without
+    /// failing often enough to roll back, so the rest swap.
+    pub fn canary_idle(&mut self, shards: Shards<'_>) {
+        if self.canary_due().is_some_and(|due| due <= Instant::now()) {
+            let batches = self.candidate.as_ref().map_or(0, |trial| trial.ok_batches);
+            self.promote(shards, format!("the canary ran {CANARY_IDLE:?} ({batches} batches) without failing"));
+        }
     }
 
     /// A call ended: promotes the canary, rolls back, or ends probation.
@@ -144,17 +176,24 @@ impl Deployment {
         }
         trial.ok_batches += 1;
         if trial.canary.is_some() && trial.ok_batches >= self.settings.canary_batches {
-            tracing::info!(processor = trial.processor.describe(), "the canary processed {} batches: every shard swaps", trial.ok_batches);
-            trial.canary = None;
-            trial.everywhere_since = Some(Instant::now());
-            let processor = trial.processor.clone();
-            send_all(&processor, &shards);
-            return self.settle(processor);
+            let why = format!("the canary processed {} batches", trial.ok_batches);
+            return self.promote(shards, why);
         }
         if trial.everywhere_since.is_some_and(|since| since.elapsed() >= PROBATION) {
             tracing::info!(processor = trial.processor.describe(), "the new version passed its probation");
             self.candidate = None;
         }
+    }
+
+    /// The canary passed (`why`): every shard swaps, and probation starts.
+    fn promote(&mut self, shards: Shards<'_>, why: String) {
+        let Some(trial) = self.candidate.as_mut().filter(|trial| trial.canary.is_some()) else { return };
+        tracing::info!(processor = trial.processor.describe(), "{why}: every shard swaps");
+        trial.canary = None;
+        trial.everywhere_since = Some(Instant::now());
+        let processor = trial.processor.clone();
+        send_all(&processor, &shards);
+        self.settle(processor);
     }
 
     fn roll_back(&mut self, shards: Shards<'_>) {
@@ -174,9 +213,9 @@ impl Deployment {
 
 /// Gives every shard `processor` (those that run it already are left alone).
 fn send_all(processor: &Processor, shards: &Shards<'_>) {
-    for sender in shards.values() {
-        if sender.borrow().hash() != processor.hash() {
-            sender.send_replace(processor.clone());
+    for shard in shards.values() {
+        if shard.processor.borrow().hash() != processor.hash() {
+            shard.processor.send_replace(processor.clone());
         }
     }
 }

@@ -180,6 +180,11 @@ impl Consumers {
         self.deployment.report(report, channels(&self.running));
     }
 
+    /// The canary ran its idle time: the rollout goes on.
+    fn canary_idle(&mut self) {
+        self.deployment.canary_idle(channels(&self.running));
+    }
+
     /// Forgets the consumer of `held` (not a newer one of the same shard);
     /// returns the records it delivered.
     fn ended(&mut self, held: &Held) -> Option<u64> {
@@ -193,9 +198,12 @@ impl Consumers {
     }
 }
 
-/// Each running shard's processor channel.
+/// Each running shard, for the rollout.
 fn channels(running: &BTreeMap<String, Running>) -> deploy::Shards<'_> {
-    running.iter().map(|(key, running)| (key.as_str(), &running.processor)).collect()
+    running
+        .iter()
+        .map(|(key, r)| (key.as_str(), deploy::Shard { processor: &r.processor, delivered: r.delivered.load(Ordering::Relaxed) }))
+        .collect()
 }
 
 /// Consumes `config.stream` until `shutdown` resolves, with the processor
@@ -298,6 +306,7 @@ pub async fn run(
         let next_pass = last_pass + if short { poll } else { failover * 2 };
         let take_at = coordinator.expiry_due().map_or(next_pass, |due| due.min(next_pass));
         let poll_at = fleet.next_death().map_or(next_poll, |death| death.min(next_poll));
+        let canary_due = consumers.deployment.canary_due();
         let mut pass_now = false;
         let mut after_end = None;
         tokio::select! {
@@ -332,6 +341,10 @@ pub async fn run(
             }
             Some(report) = reports_rx.recv() => {
                 consumers.report(&report);
+                swapper.settled(consumers.deployment.current());
+            }
+            _ = tokio::time::sleep_until(canary_due.unwrap_or(take_at)), if canary_due.is_some() => {
+                consumers.canary_idle();
                 swapper.settled(consumers.deployment.current());
             }
             _ = sync.tick() => {
