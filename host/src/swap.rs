@@ -97,7 +97,9 @@ impl Swapper {
     /// Checks a loaded component (from `source`) with a test `initialize`
     /// and offers it; `Err` says why it was refused.
     pub async fn offer(&self, loaded: Result<Processor, String>, source: String, trigger: &str) -> Result<String, String> {
-        let current = self.offers.borrow().clone();
+        // What the shards settled on: after a rollback, not the version offered last.
+        let settled = self.current().0;
+        let current = self.known(&settled).unwrap_or_else(|| self.offers.borrow().clone());
         let result = match loaded {
             Err(e) => Err(format!("not swapping, the shards keep running {}: {e}", current.describe())),
             Ok(candidate) if candidate.hash() == current.hash() => Ok(format!("{} is the processor already running", current.describe())),
