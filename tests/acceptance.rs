@@ -831,15 +831,17 @@ impl SwapRig {
         let path = self.dir.path().join("processor.wasm");
         match self.trigger {
             Trigger::Sighup => {
+                let answers = count_lines(&self.host.log().await, "SIGHUP: ");
                 std::fs::rename(&file, &path).unwrap();
                 self.host.signal(SIGHUP);
-                self.answer("SIGHUP: ").await
+                self.answer("SIGHUP: ", answers).await
             }
             Trigger::Watch => {
+                let answers = count_lines(&self.host.log().await, "--watch: ");
                 let next = self.dir.path().join("processor.wasm.next");
                 std::os::unix::fs::symlink(name, &next).unwrap();
                 std::fs::rename(&next, &path).unwrap();
-                self.answer("--watch: ").await
+                self.answer("--watch: ", answers).await
             }
             Trigger::Post => {
                 self.posts += 1;
@@ -856,9 +858,9 @@ impl SwapRig {
         }
     }
 
-    /// The worker's next line for `trigger`: a swap, or its refusal.
-    async fn answer(&mut self, trigger: &str) -> Result<(), String> {
-        let before = count_lines(&self.host.log().await, trigger);
+    /// The worker's answer for `trigger` after the `before` it gave already:
+    /// a swap, or its refusal.
+    async fn answer(&mut self, trigger: &str, before: usize) -> Result<(), String> {
         self.host.wait_for("the worker's answer", LIMIT, |log| count_lines(log, trigger) > before).await;
         let answer = self.host.log().await.into_iter().filter(|l| l.contains(trigger)).nth(before).unwrap();
         if answer.contains("not swapping") { Err(answer) } else { Ok(()) }
