@@ -1013,15 +1013,15 @@ fn log_processor_hash(log: &[String], needle: &str) -> String {
     rest.chars().take_while(char::is_ascii_hexdigit).collect()
 }
 
-/// Reads the control table until the application's one heartbeat row
-/// reports `hash` (it is rewritten every third of the failover time).
-async fn heartbeat_reports(aws: &AwsClients, application: &str, hash: &str) {
+/// Reads the control table until every heartbeat row of the application's
+/// `workers` reports `hash` (each is rewritten every third of the failover time).
+async fn heartbeats_report(aws: &AwsClients, application: &str, hash: &str, workers: usize) {
     let control = kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), application);
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         let read = control.read().await.unwrap();
         let running: Vec<String> = read.heartbeats.iter().filter_map(|h| Some(h.running.as_ref()?.hash.clone())).collect();
-        if running == [hash] {
+        if running.len() == workers && running.iter().all(|r| r == hash) {
             return;
         }
         assert!(tokio::time::Instant::now() < deadline, "the heartbeat reports {running:?}, not {hash}");
@@ -1059,7 +1059,7 @@ async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() 
     stream.put(&canary, &["fine-on-v2".to_owned()]).await;
     host.wait_for("the rest swapped", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
     let v2 = log_processor_hash(&host.log().await, "swapped the processor");
-    heartbeat_reports(&aws, &application, &v2).await;
+    heartbeats_report(&aws, &application, &v2, 1).await;
 
     // v2 traps on `panic`: three failures roll every shard back to v1, which processes it all.
     let mut all = vec!["fine-on-v2".to_owned()];
@@ -1072,7 +1072,7 @@ async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() 
     host.wait_for("v1 on the rest", LIMIT, |log| shards.iter().all(|s| log.iter().any(|l| l.contains(" record ") && l.contains(&format!(" after-{s} after-{s} "))))).await;
     // The heartbeat reports the version the worker went back to.
     let v1 = log_processor_hash(&host.log().await, "processing shard=");
-    heartbeat_reports(&aws, &application, &v1).await;
+    heartbeats_report(&aws, &application, &v1, 1).await;
     let (_, metrics) = http_get(&admin, "/metrics").await;
     assert_eq!(series(&metrics, "kcl_host_processor_rollbacks_total", None), Some(1.0), "{metrics}");
     for shard in &shards {
@@ -1113,6 +1113,8 @@ async fn deploy_swaps_every_worker_and_rollback_brings_them_back() {
     for worker in [&mut first, &mut second] {
         worker.wait_for("the deployed version", LIMIT, |log| count_lines(log, "swapped the processor") >= 1).await;
     }
+    let (v1, v2) = (log_processor_hash(&first.log().await, "processing shard="), log_processor_hash(&first.log().await, "swapped the processor"));
+    heartbeats_report(&aws, &application, &v2, 2).await;
     for shard in &shards {
         stream.put(shard, &[format!("v2-{shard}")]).await;
     }
@@ -1126,6 +1128,7 @@ async fn deploy_swaps_every_worker_and_rollback_brings_them_back() {
     for worker in [&mut first, &mut second] {
         worker.wait_for("the version before", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
     }
+    heartbeats_report(&aws, &application, &v1, 2).await;
     let (a, log_a) = first.interrupt().await;
     let (b, log_b) = second.interrupt().await;
     assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
