@@ -688,9 +688,9 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     write_leases(&aws.dynamodb, &application, &rows).await;
     let control = kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), &application);
     control.ensure().await.unwrap();
-    let running = kcl_host::lease::control::Version { hash: "abc".into(), source: "/p.wasm".into() };
+    let running = kcl_host::lease::control::Version { hash: "abc".into(), source: "/p.wasm".into(), component: Some("orders@1.3.0".into()) };
     control.beat("kcl-1", &running).await.unwrap();
-    let wanted = kcl_host::lease::control::Version { hash: "def".into(), source: "/q.wasm".into() };
+    let wanted = kcl_host::lease::control::Version { hash: "def".into(), source: "/q.wasm".into(), component: None };
     control.deploy(&wanted, Some(&running)).await.unwrap();
     let long_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() - 60_000;
     aws.dynamodb
@@ -717,8 +717,8 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     assert_eq!(state("f-stale"), "expired");
     assert!(text.lines().any(|l| l.starts_with("e-java") && l.contains("/3") && l.contains("java-host:1234")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("java-host:1234") && l.contains("none (not kcl-host)")), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("kcl-1 ") && l.ends_with(" abc")), "the version it runs: {text}");
-    assert!(text.lines().any(|l| l == "deployed: def from /q.wasm, rollback to abc"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("kcl-1 ") && l.ends_with(" abc (orders@1.3.0)")), "the version it runs: {text}");
+    assert!(text.lines().any(|l| l == "deployed: def from /q.wasm, rollback to abc (orders@1.3.0)"), "{text}");
     assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
 
     let (code, json) = run_to_exit(&["status", "--application", &application, "--json"], &[]).await;
@@ -731,7 +731,7 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     assert_eq!(by_name("c-child")["state"], "waiting-for-parents");
     assert_eq!(by_name("f-stale")["state"], "expired");
     let workers = report["workers"].as_array().unwrap();
-    assert!(workers.iter().any(|w| w["worker"] == "kcl-1" && w["leases"] == 1 && w["heartbeat_age_ms"].is_u64() && w["processor"] == "abc"), "{json}");
+    assert!(workers.iter().any(|w| w["worker"] == "kcl-1" && w["leases"] == 1 && w["heartbeat_age_ms"].is_u64() && w["processor"] == "abc (orders@1.3.0)"), "{json}");
     assert_eq!(report["deployed"]["processor"], "def", "{json}");
 }
 

@@ -139,8 +139,8 @@ async fn run_deploy(args: DeployArgs) -> Result<(), String> {
     control.ensure().await.map_err(|e| e.to_string())?;
     let read = control.read().await.map_err(|e| e.to_string())?;
     // Before the first deploy, what the workers run (if they agree) is what a rollback returns to.
-    let running: std::collections::BTreeSet<_> = read.heartbeats.iter().filter_map(|h| h.running.clone()).map(|v| (v.hash, v.source)).collect();
-    let running = (running.len() == 1).then(|| running.into_iter().next().map(|(hash, source)| Version { hash, source })).flatten();
+    let running: std::collections::BTreeSet<Version> = read.heartbeats.iter().filter_map(|h| h.running.clone()).collect();
+    let running = (running.len() == 1).then(|| running.into_iter().next()).flatten();
     let deployed = read.deployed;
     let components = ComponentStore::new(clients.dynamodb.clone(), &args.application);
     let (wanted, previous) = match &args.processor {
@@ -152,7 +152,11 @@ async fn run_deploy(args: DeployArgs) -> Result<(), String> {
             // Stored in DynamoDB, so a worker on any machine can load it.
             components.ensure().await.map_err(|e| e.to_string())?;
             components.put(processor.hash(), &bytes).await.map_err(|e| e.to_string())?;
-            let wanted = Version { hash: processor.hash().to_owned(), source: components.source(processor.hash()) };
+            let wanted = Version {
+                hash: processor.hash().to_owned(),
+                source: components.source(processor.hash()),
+                component: processor.component().map(str::to_owned),
+            };
             (wanted, deployed.clone().map(|d| d.wanted).or(running))
         }
         None => match deployed.clone() {
@@ -168,11 +172,11 @@ async fn run_deploy(args: DeployArgs) -> Result<(), String> {
         components.remove(hash).await.map_err(|e| e.to_string())?;
     }
     println!(
-        "deployed {} ({}) to `{}`; every worker swaps to it at its next heartbeat read{}",
-        wanted.hash,
+        "deployed {} from {} to `{}`; every worker swaps to it at its next heartbeat read{}",
+        wanted.describe(),
         wanted.source,
         args.application,
-        previous.map_or(String::new(), |p| format!(" (before: {})", p.hash))
+        previous.map_or(String::new(), |p| format!(" (before: {})", p.describe()))
     );
     Ok(())
 }

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::aws::AwsClients;
 use crate::fetch::StartingPosition;
-use crate::lease::control::ControlTable;
+use crate::lease::control::{ControlTable, Version};
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::rules::is_ready;
 use crate::lease::{Checkpoint, LeaseError, LeaseStore};
@@ -66,7 +66,8 @@ pub struct WorkerRow {
     pub leases: usize,
     /// Since the worker's last heartbeat; `None` for a worker without one.
     pub heartbeat_age_ms: Option<u64>,
-    /// The hash of the processor it runs, as its heartbeat reports it.
+    /// The processor it runs, as its heartbeat reports it: the hash, with
+    /// `(name@version)` when the component has them.
     pub processor: Option<String>,
 }
 
@@ -103,8 +104,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
         Err(e) => return Err(e),
     };
     let heartbeats = control.heartbeats;
-    let running: HashMap<&str, &str> =
-        heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), h.running.as_ref()?.hash.as_str()))).collect();
+    let running: HashMap<&str, &Version> = heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), h.running.as_ref()?))).collect();
     let now = now_ms();
     let ages: HashMap<&str, Option<u64>> =
         heartbeats.iter().map(|h| (h.worker.as_str(), h.beat_ms.map(|ms| now.saturating_sub(ms)))).collect();
@@ -146,15 +146,15 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
         .into_iter()
         .map(|(worker, leases)| WorkerRow {
             heartbeat_age_ms: ages.get(worker.as_str()).copied().flatten(),
-            processor: running.get(worker.as_str()).map(|hash| hash.to_string()),
+            processor: running.get(worker.as_str()).map(|version| version.describe()),
             worker,
             leases,
         })
         .collect();
     let deployed = control.deployed.map(|d| DeployedRow {
-        processor: d.wanted.hash,
+        processor: d.wanted.describe(),
         source: d.wanted.source,
-        previous: d.previous.map(|p| p.hash),
+        previous: d.previous.map(|p| p.describe()),
     });
     let unreadable = scan.unreadable.into_iter().collect();
     Ok(Report { application: application.to_owned(), shards, workers, deployed, unreadable })
@@ -211,7 +211,7 @@ pub fn render(report: &Report) -> String {
     out.push_str(&format!("\n{:<40} {:>6}  {:<20} {}\n", "WORKER", "LEASES", "HEARTBEAT", "PROCESSOR"));
     for worker in &report.workers {
         let beat = worker.heartbeat_age_ms.map_or("none (not kcl-host)".to_owned(), |ms| format!("{:.1}s ago", ms as f64 / 1000.0));
-        let processor = worker.processor.as_deref().unwrap_or("-");
+        let processor = fit(worker.processor.as_deref().unwrap_or("-"), 30);
         out.push_str(&format!("{:<40} {:>6}  {beat:<20} {processor}\n", fit(&worker.worker, 40), worker.leases));
     }
     if let Some(deployed) = &report.deployed {

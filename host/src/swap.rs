@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::lease::control::Version;
 use crate::records::Batch;
 use crate::replay;
 use crate::runtime::bindings::ShardInfo;
@@ -30,14 +31,14 @@ pub struct Swapper {
     known: std::sync::Mutex<Vec<(Processor, String)>>,
     /// The version the worker settled on (not one still on its canary, nor
     /// one it rolled back), and its source: what the heartbeat reports.
-    settled: std::sync::Mutex<(String, String)>,
+    settled: std::sync::Mutex<Version>,
 }
 
 impl Swapper {
     /// `processor`, loaded from `source`, is the version running now.
     pub fn new(runtime: Runtime, processor: Processor, source: &Path) -> Self {
         let source = canonical(source);
-        let settled = std::sync::Mutex::new((processor.hash().to_owned(), source.clone()));
+        let settled = std::sync::Mutex::new(version(&processor, &source));
         let known = std::sync::Mutex::new(vec![(processor.clone(), source)]);
         Self { runtime, canary_input: None, offers: watch::channel(processor).0, known, settled }
     }
@@ -48,9 +49,9 @@ impl Swapper {
         Self { canary_input: Some(records), ..self }
     }
 
-    /// The version the worker runs: its hash, and where it came from (what
-    /// the heartbeat row reports, so `kcl-host deploy --rollback` can return to it).
-    pub fn current(&self) -> (String, String) {
+    /// The version the worker runs, and where it came from (what the
+    /// heartbeat row reports, so `kcl-host deploy --rollback` can return to it).
+    pub fn current(&self) -> Version {
         self.settled.lock().expect("not poisoned").clone()
     }
 
@@ -58,7 +59,7 @@ impl Swapper {
     pub fn settled(&self, processor: &Processor) {
         let known = self.known.lock().expect("not poisoned");
         if let Some((p, source)) = known.iter().find(|(p, _)| p.hash() == processor.hash()) {
-            *self.settled.lock().expect("not poisoned") = (p.hash().to_owned(), source.clone());
+            *self.settled.lock().expect("not poisoned") = version(p, source);
         }
     }
 
@@ -98,7 +99,7 @@ impl Swapper {
     /// and offers it; `Err` says why it was refused.
     pub async fn offer(&self, loaded: Result<Processor, String>, source: String, trigger: &str) -> Result<String, String> {
         // What the shards settled on: after a rollback, not the version offered last.
-        let settled = self.current().0;
+        let settled = self.current().hash;
         let current = self.known(&settled).unwrap_or_else(|| self.offers.borrow().clone());
         let result = match loaded {
             Err(e) => Err(format!("not swapping, the shards keep running {}: {e}", current.describe())),
@@ -180,6 +181,11 @@ impl Swapper {
             let _ = self.offer_path(&path, "--watch").await;
         }
     }
+}
+
+/// How the control table names `processor`, loaded from `source`.
+fn version(processor: &Processor, source: &str) -> Version {
+    Version { hash: processor.hash().to_owned(), source: source.to_owned(), component: processor.component().map(str::to_owned) }
 }
 
 /// `path` made absolute and free of symlinks, when it can be: what a

@@ -8,6 +8,7 @@
 //! | `heartbeat` | N | bumped once per renewal period while the worker runs |
 //! | `beatMillis` | N | the worker's clock at its last beat, for people (the rules use only `heartbeat`) |
 //! | `processorHash`, `processorSource` | S | the processor the worker runs, and where it was loaded from |
+//! | `processorComponent` | S | its `name@version` metadata, when it has some |
 //!
 //! The `deploy` row (written by `kcl-host deploy`) names the processor every
 //! worker should run: `hash` (the start of its SHA-256) and `source` (where
@@ -59,12 +60,24 @@ pub struct Heartbeat {
 }
 
 /// A processor version, as the `deploy` row names it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Version {
     /// The start of the component's SHA-256 (`Processor::hash`).
     pub hash: String,
     /// Where every worker loads it from.
     pub source: String,
+    /// `name@version` from the component's metadata (`Processor::component`).
+    pub component: Option<String>,
+}
+
+impl Version {
+    /// The hash, with `(name@version)` when there is one.
+    pub fn describe(&self) -> String {
+        match &self.component {
+            Some(component) => format!("{} ({component})", self.hash),
+            None => self.hash.clone(),
+        }
+    }
 }
 
 /// The `deploy` row: the version wanted, and the one before it.
@@ -102,19 +115,25 @@ impl ControlTable {
     /// the processor version it runs.
     pub async fn beat(&self, worker: &str, running: &Version) -> Result<(), LeaseError> {
         let millis = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        self.table
+        let mut expression = "ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source".to_owned();
+        let mut update = self
+            .table
             .client
             .update_item()
             .table_name(&self.table.name)
             .key("key", AttributeValue::S(format!("{WORKER}{worker}")))
-            .update_expression("ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source")
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":hash", AttributeValue::S(running.hash.clone()))
             .expression_attribute_values(":source", AttributeValue::S(running.source.clone()))
-            .expression_attribute_values(":millis", AttributeValue::N(millis.to_string()))
-            .send()
-            .await
-            .map_err(|e| self.table.error("UpdateItem (heartbeat)", e))?;
+            .expression_attribute_values(":millis", AttributeValue::N(millis.to_string()));
+        match &running.component {
+            Some(component) => {
+                expression.push_str(", processorComponent = :component");
+                update = update.expression_attribute_values(":component", AttributeValue::S(component.clone()));
+            }
+            None => expression.push_str(" REMOVE processorComponent"),
+        }
+        update.update_expression(expression).send().await.map_err(|e| self.table.error("UpdateItem (heartbeat)", e))?;
         Ok(())
     }
 
@@ -158,9 +177,13 @@ impl ControlTable {
                 };
                 let Some(key) = text("key") else { continue };
                 if key == DEPLOY {
-                    let version = |hash: &str, source: &str| Some(Version { hash: text(hash)?, source: text(source)? });
-                    read.deployed = version("hash", "source")
-                        .map(|wanted| Deployed { wanted, previous: version("previousHash", "previousSource") });
+                    let version = |hash: &str, source: &str, component: &str| {
+                        Some(Version { hash: text(hash)?, source: text(source)?, component: text(component) })
+                    };
+                    read.deployed = version("hash", "source", "component").map(|wanted| Deployed {
+                        wanted,
+                        previous: version("previousHash", "previousSource", "previousComponent"),
+                    });
                     continue;
                 }
                 let (Some(worker), Some(AttributeValue::N(n))) = (key.strip_prefix(WORKER), item.get("heartbeat")) else {
@@ -170,7 +193,9 @@ impl ControlTable {
                     Some(AttributeValue::N(ms)) => ms.parse().ok(),
                     _ => None,
                 };
-                let running = text("processorHash").zip(text("processorSource")).map(|(hash, source)| Version { hash, source });
+                let running = text("processorHash")
+                    .zip(text("processorSource"))
+                    .map(|(hash, source)| Version { hash, source, component: text("processorComponent") });
                 if let Ok(heartbeat) = n.parse() {
                     read.heartbeats.push(Heartbeat { worker: worker.to_owned(), heartbeat, beat_ms, running });
                 }
@@ -190,10 +215,16 @@ impl ControlTable {
             .item("key", AttributeValue::S(DEPLOY.into()))
             .item("hash", AttributeValue::S(version.hash.clone()))
             .item("source", AttributeValue::S(version.source.clone()));
+        if let Some(component) = &version.component {
+            put = put.item("component", AttributeValue::S(component.clone()));
+        }
         if let Some(previous) = previous {
             put = put
                 .item("previousHash", AttributeValue::S(previous.hash.clone()))
                 .item("previousSource", AttributeValue::S(previous.source.clone()));
+            if let Some(component) = &previous.component {
+                put = put.item("previousComponent", AttributeValue::S(component.clone()));
+            }
         }
         put.send().await.map_err(|e| self.table.error("PutItem (deploy)", e))?;
         Ok(())

@@ -448,7 +448,7 @@ pub async fn run(
 /// new one comes from the component table (or the path the row names).
 async fn follow_deploy(deployed: &Deployed, swapper: &Swapper, components: &ComponentStore, tried: &mut HashSet<String>) {
     let wanted = &deployed.wanted;
-    if swapper.current().0 == wanted.hash || !tried.insert(wanted.hash.clone()) {
+    if swapper.current().hash == wanted.hash || !tried.insert(wanted.hash.clone()) {
         return;
     }
     let trigger = format!("deploy {}", wanted.hash);
@@ -476,8 +476,7 @@ async fn follow_deploy(deployed: &Deployed, swapper: &Swapper, components: &Comp
 /// its leases stay valid one failover time from when the write was sent.
 async fn beat(control: &ControlTable, me: &str, swapper: &Swapper, liveness: &Liveness) -> Result<(), LeaseError> {
     let sent = Instant::now();
-    let (hash, source) = swapper.current();
-    control.beat(me, &control::Version { hash, source }).await?;
+    control.beat(me, &swapper.current()).await?;
     liveness.beat(sent);
     Ok(())
 }
