@@ -161,6 +161,11 @@ impl Deployment {
         }
     }
 
+    /// Whether calls of `processor` count for a version on trial.
+    pub fn on_trial(&self, processor: &str) -> bool {
+        self.candidate.as_ref().is_some_and(|trial| trial.processor.hash() == processor)
+    }
+
     /// A call ended: promotes the canary, rolls back, or ends probation.
     pub fn report(&mut self, report: &CallReport, shards: Shards<'_>) {
         let Some(trial) = &mut self.candidate else { return };

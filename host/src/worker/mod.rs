@@ -32,6 +32,7 @@ use tracing::Instrument;
 
 use crate::aws::{AwsClients, AwsError};
 use crate::config::{Retrieval, WorkerConfig};
+use crate::fetch::FetchSettings;
 use crate::admin::{self, Health};
 use crate::fanout::{self, KinesisSubscriptions};
 use crate::metrics::{Metrics, ShardMetrics};
@@ -110,7 +111,10 @@ struct Consumers {
 /// What every consumer is made from.
 struct Template {
     kinesis: aws_sdk_kinesis::Client,
-    config: WorkerConfig,
+    stream: String,
+    /// `--initial-timestamp`, for leases that start AT_TIMESTAMP.
+    initial_timestamp_ms: Option<i64>,
+    fetch: FetchSettings,
     fan_out: Option<KinesisSubscriptions>,
     metrics: Arc<Metrics>,
     redelivery: Arc<Budget>,
@@ -122,16 +126,12 @@ impl Consumers {
         let metrics = self.template.metrics.shard(held.key());
         let (processor, processor_rx) = watch::channel(self.deployment.current().clone());
         let delivered = Arc::new(AtomicU64::new(0));
-        let config = &self.template.config;
         let consumer = Consumer {
             processor: processor_rx,
             kinesis: self.template.kinesis.clone(),
-            stream: config.stream.clone(),
-            initial_timestamp_ms: match config.initial_position {
-                InitialPosition::AtTimestamp(ms) => Some(ms),
-                _ => None,
-            },
-            fetch: config.fetch.clone(),
+            stream: self.template.stream.clone(),
+            initial_timestamp_ms: self.template.initial_timestamp_ms,
+            fetch: self.template.fetch.clone(),
             fan_out: self.template.fan_out.clone(),
             held: held.clone(),
             stop: stop_rx,
@@ -175,9 +175,14 @@ impl Consumers {
         self.deployment.offer(processor, channels(&self.running));
     }
 
-    /// A call ended: the rollout goes on, or back.
-    fn report(&mut self, report: &CallReport) {
+    /// A call ended: the rollout goes on, or back. Most calls are of a
+    /// version not on trial, and cost nothing here.
+    fn report(&mut self, report: &CallReport) -> bool {
+        if !self.deployment.on_trial(&report.processor) {
+            return false;
+        }
         self.deployment.report(report, channels(&self.running));
+        true
     }
 
     /// The canary ran its idle time: the rollout goes on.
@@ -263,8 +268,13 @@ pub async fn run(
     let mut consumers = Consumers {
         template: Template {
             kinesis: clients.kinesis.clone(),
+            stream: config.stream.clone(),
+            initial_timestamp_ms: match config.initial_position {
+                InitialPosition::AtTimestamp(ms) => Some(ms),
+                _ => None,
+            },
+            fetch: config.fetch.clone(),
             redelivery: Budget::new(config.swap.buffer_bytes),
-            config,
             fan_out,
             metrics: metrics.clone(),
         },
@@ -274,7 +284,7 @@ pub async fn run(
         ended: ended_tx,
         reports: reports_tx,
     };
-    let config = &consumers.template.config.clone();
+    let config = &config;
     let mut summary = Summary::default();
 
     sync_shards(config, &clients, &store, &store.list().await?).await?;
@@ -340,8 +350,9 @@ pub async fn run(
                 swapper.settled(consumers.deployment.current());
             }
             Some(report) = reports_rx.recv() => {
-                consumers.report(&report);
-                swapper.settled(consumers.deployment.current());
+                if consumers.report(&report) {
+                    swapper.settled(consumers.deployment.current());
+                }
             }
             _ = tokio::time::sleep_until(canary_due.unwrap_or(take_at)), if canary_due.is_some() => {
                 consumers.canary_idle();
