@@ -222,7 +222,7 @@ impl WorkerConfig {
                         Some(mib) => mib.checked_mul(1 << 20).ok_or_else(|| ConfigError::Invalid {
                             setting: "swap_buffer_mib",
                             value: mib.to_string(),
-                            reason: "too large".into(),
+                            reason: "too large to count in bytes; give it in MiB, such as 256".into(),
                         })?,
                         None => defaults.buffer_bytes,
                     },
