@@ -11,7 +11,8 @@ trap 'bash scripts/servers.sh stop' EXIT
 source .servers/env
 log=$(mktemp)
 status=0
-cargo test "$@" 2>&1 | tee "$log" || status=$?
+# --no-fail-fast: every test binary runs even when an earlier one fails.
+cargo test --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole run (cargo's last line is its doc-tests').
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -1,7 +1,7 @@
 //! The admin listener (`--admin-listen`, off by default): Prometheus text at
 //! `GET /metrics`, `GET /healthz` for orchestrators, and `POST /swap` (a
-//! new processor: its path as the body, or the component itself as an
-//! `application/wasm` body), which only a client on the same host may call.
+//! new processor: its path as the body, or the component itself, known by
+//! its bytes), which only a client on the same host may call.
 //! Give it a loopback address unless something outside the host must scrape it.
 
 use std::convert::Infallible;
@@ -21,15 +21,26 @@ use crate::swap::Swapper;
 
 /// Largest component `POST /swap` accepts as its body.
 const MAX_COMPONENT_BYTES: usize = 256 << 20;
+/// Longest path `POST /swap` accepts (Linux's `PATH_MAX`).
+const MAX_PATH_BYTES: usize = 4096;
+/// The most of a refused body an answer quotes.
+const QUOTED_BYTES: usize = 80;
+/// How every WebAssembly binary, components included, begins.
+const WASM_MAGIC: &[u8] = b"\0asm";
 
-/// What `/healthz` judges: the worker's heartbeat (so its leases are valid)
-/// and its main loop (so it takes, syncs and restarts shards).
+/// What `/healthz` judges: the worker's heartbeat (so its leases are
+/// valid), its main loop (so it takes, syncs and restarts shards), and
+/// whether it holds its share of the leases.
 pub struct Health {
     liveness: Arc<Liveness>,
     /// Milliseconds since the Unix epoch when the main loop last went round.
     loop_seen_ms: AtomicU64,
-    /// Longest the main loop may stay away before the worker is unhealthy.
+    /// Longest the main loop may stay away, or the worker stay short of its
+    /// share, before it is unhealthy (the failover time).
     loop_limit: Duration,
+    /// Milliseconds since the Unix epoch since when the worker has been
+    /// short of its share; 0 while it holds it.
+    short_since_ms: AtomicU64,
 }
 
 fn now_ms() -> u64 {
@@ -38,7 +49,18 @@ fn now_ms() -> u64 {
 
 impl Health {
     pub fn new(liveness: Arc<Liveness>, loop_limit: Duration) -> Self {
-        Self { liveness, loop_seen_ms: AtomicU64::new(now_ms()), loop_limit }
+        Self { liveness, loop_seen_ms: AtomicU64::new(now_ms()), loop_limit, short_since_ms: AtomicU64::new(0) }
+    }
+
+    /// The last take pass found this worker short of its share (or could
+    /// not take while its heartbeat was overdue), or not.
+    pub fn short_of_share(&self, short: bool) {
+        if short {
+            // Since the first pass that found it short.
+            let _ = self.short_since_ms.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+        } else {
+            self.short_since_ms.store(0, Ordering::Relaxed);
+        }
     }
 
     /// The main loop went round.
@@ -54,6 +76,11 @@ impl Health {
         let idle = now_ms().saturating_sub(self.loop_seen_ms.load(Ordering::Relaxed));
         if idle > self.loop_limit.as_millis() as u64 {
             return Err(format!("the worker loop has not run for {idle} ms"));
+        }
+        let short_since = self.short_since_ms.load(Ordering::Relaxed);
+        let short = if short_since == 0 { 0 } else { now_ms().saturating_sub(short_since) };
+        if short > self.loop_limit.as_millis() as u64 {
+            return Err(format!("this worker has been short of its share of the leases for {short} ms"));
         }
         Ok(())
     }
@@ -85,28 +112,60 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<
     Response::builder().status(status).header("content-type", content_type).body(Full::new(Bytes::from(body))).expect("a valid response")
 }
 
-/// `POST /swap`: the body is a path on this host, or (`application/wasm`)
-/// the component; `200` once it is offered to the shards, `422` with the
-/// reason when it is refused.
+/// `POST /swap`: the body is the component (sent as `application/wasm`, or
+/// recognised by its bytes whatever its `content-type`) or a path on this host; `200` once it is
+/// offered to the shards, `422` with the reason when it is refused.
 async fn swap(request: Request<hyper::body::Incoming>, from_loopback: bool, swapper: &Swapper) -> Response<Full<Bytes>> {
     if !from_loopback {
         return reply(StatusCode::FORBIDDEN, "text/plain", "POST /swap is only accepted from this host\n".into());
     }
-    let is_wasm = request.headers().get("content-type").is_some_and(|t| t.as_bytes().starts_with(b"application/wasm"));
+    let declared_wasm = request.headers().get("content-type").is_some_and(|t| t.as_bytes().starts_with(b"application/wasm"));
     let body = match Limited::new(request.into_body(), MAX_COMPONENT_BYTES).collect().await {
         Ok(body) => body.to_bytes(),
         Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", format!("cannot read the body: {e}\n")),
     };
-    let result = if is_wasm {
-        swapper.offer_bytes(&body, "POST /swap").await
-    } else {
-        let path = String::from_utf8_lossy(&body).trim().to_owned();
-        swapper.offer_path(std::path::Path::new(&path), "POST /swap").await
+    let result = match swap_body(&body, declared_wasm) {
+        Ok(SwapBody::Component) => swapper.offer_bytes(&body, "POST /swap").await,
+        Ok(SwapBody::Path(path)) => swapper.offer_path(std::path::Path::new(path), "POST /swap").await,
+        Err(refusal) => Err(refusal),
     };
     match result {
         Ok(message) => reply(StatusCode::OK, "text/plain", format!("{message}\n")),
         Err(message) => reply(StatusCode::UNPROCESSABLE_ENTITY, "text/plain", format!("{message}\n")),
     }
+}
+
+/// What a `POST /swap` body holds.
+#[derive(Debug, PartialEq)]
+enum SwapBody<'a> {
+    Component,
+    Path(&'a str),
+}
+
+/// Tells a component (`declared_wasm`, or by its bytes) from a path; `Err`
+/// quotes at most [`QUOTED_BYTES`] of a body that is neither.
+fn swap_body(body: &[u8], declared_wasm: bool) -> Result<SwapBody<'_>, String> {
+    if declared_wasm || body.starts_with(WASM_MAGIC) {
+        return Ok(SwapBody::Component);
+    }
+    let quoted = || {
+        let head = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BYTES)]).escape_debug().to_string();
+        let more = if body.len() > QUOTED_BYTES { format!("… ({} bytes)", body.len()) } else { String::new() };
+        format!("`{head}`{more}")
+    };
+    let neither = |why: &str| Err(format!("the body is neither a component (it does not start with \\0asm) nor a path ({why}): {}", quoted()));
+    let Ok(text) = std::str::from_utf8(body) else { return neither("it is not UTF-8") };
+    let path = text.trim();
+    if path.is_empty() {
+        return neither("it is empty");
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return neither(&format!("it is longer than {MAX_PATH_BYTES} bytes"));
+    }
+    if path.contains(['\0', '\n']) {
+        return neither("it holds a NUL or a line break");
+    }
+    Ok(SwapBody::Path(path))
 }
 
 fn respond<B>(request: &Request<B>, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
@@ -117,5 +176,22 @@ fn respond<B>(request: &Request<B>, metrics: &Metrics, health: &Health) -> Respo
             Err(reason) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{reason}\n")),
         },
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "GET /metrics, GET /healthz or POST /swap\n".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_swap_body_is_a_component_by_its_bytes_or_a_short_path() {
+        assert_eq!(swap_body(b"\0asm\x0d\0\x01\0rest", false), Ok(SwapBody::Component));
+        assert_eq!(swap_body(b"text", true), Ok(SwapBody::Component), "declared: its load check says what is wrong");
+        assert_eq!(swap_body(b" /srv/v2.wasm\n", false), Ok(SwapBody::Path("/srv/v2.wasm")));
+        for body in [vec![0xffu8; 10], b"a\0b".to_vec(), vec![b'a'; 5000], b"  ".to_vec(), b"/a\n/b".to_vec()] {
+            let refusal = swap_body(&body, false).unwrap_err();
+            assert!(refusal.len() < 300, "the refusal quotes a little of the body, not all of it: {refusal}");
+            assert!(refusal.starts_with("the body is neither a component"), "{refusal}");
+        }
     }
 }

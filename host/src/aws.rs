@@ -118,6 +118,17 @@ pub enum AwsError {
 }
 
 impl AwsError {
+    /// Whether the same call may well succeed later: the network, throttling
+    /// or the service's own failure — not a missing resource, denied
+    /// access, or a request the service refuses.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            AwsError::Unreachable { .. } | AwsError::Throttled { .. } => true,
+            AwsError::Service { code, .. } => !(code.starts_with("KMS") || matches!(code.as_str(), "InvalidArgumentException" | "ValidationException")),
+            AwsError::NoRegion | AwsError::StreamNotFound(_) | AwsError::TableMissing(_) | AwsError::AccessDenied { .. } => false,
+        }
+    }
+
     /// Turns an SDK error into a typed one. `resource` names the stream or
     /// table the call was about, for "not found".
     pub fn from_sdk<E, R>(service: Service, operation: &'static str, resource: &str, error: SdkError<E, R>) -> Self

@@ -159,7 +159,7 @@ pub struct WorkerConfig {
     /// Where `/metrics` and `/healthz` are served; off when `None`.
     pub admin_listen: Option<std::net::SocketAddr>,
     /// How a new processor version is rolled out.
-    pub swap: crate::worker::SwapSettings,
+    pub swap: crate::swap::rollout::SwapSettings,
     /// The sandbox of every processor instance.
     pub runtime: RuntimeConfig,
 }
@@ -214,8 +214,8 @@ impl WorkerConfig {
             },
             retrieval: Retrieval::parse(layer.retrieval.as_deref())?,
             swap: {
-                let defaults = crate::worker::SwapSettings::default();
-                crate::worker::SwapSettings {
+                let defaults = crate::swap::rollout::SwapSettings::default();
+                crate::swap::rollout::SwapSettings {
                     canary_batches: layer.swap_canary_batches.unwrap_or(defaults.canary_batches),
                     rollback_after: positive("swap_rollback_after", layer.swap_rollback_after.unwrap_or(defaults.rollback_after) as usize)? as u32,
                     buffer_bytes: match layer.swap_buffer_mib {

@@ -12,11 +12,28 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use aws_sdk_kinesis::config::retry::RetryConfig;
+use aws_sdk_kinesis::config::timeout::TimeoutConfig;
+use aws_sdk_kinesis::error::SdkError;
+use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
+use aws_sdk_kinesis::config::http::HttpResponse;
+
 use crate::aws::{AwsError, Service};
+use crate::backoff::Backoff;
 use crate::records::{kpl, Batch, Position, Record};
 
-/// Kinesis allows 5 GetRecords calls per second per shard.
-const MIN_CALL_INTERVAL: Duration = Duration::from_millis(200);
+/// Kinesis allows 5 GetRecords calls per second per shard, across every
+/// application reading the stream. One call at most every 400 ms — at most
+/// 3 in any rolling second — leaves the other 2 to a second application
+/// (Java KCL's polling reader leaves the same room by default).
+const MIN_CALL_INTERVAL: Duration = Duration::from_millis(400);
+/// After a throttled call: waits at least as long as the SDK's standard
+/// retry would (which is off for GetRecords: this reader paces itself).
+const THROTTLED: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(10));
+/// After a failed call (5xx, a reset, a time-out): tried again in place, soon.
+const FAILED: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(1));
+/// Longest one GetRecords call may take: a full answer is 10 MB.
+const GET_RECORDS_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most records one GetRecords call may return.
 pub const MAX_RECORDS_LIMIT: i32 = 10_000;
 
@@ -123,6 +140,8 @@ pub struct Fetcher {
     skip_through: Option<Position>,
     iterator: Option<String>,
     next_call: Instant,
+    throttled: Backoff,
+    failed: Backoff,
 }
 
 impl Fetcher {
@@ -145,39 +164,58 @@ impl Fetcher {
             skip_through,
             iterator: None,
             next_call: Instant::now(),
+            throttled: Backoff::new(THROTTLED.0, THROTTLED.1),
+            failed: Backoff::new(FAILED.0, FAILED.1),
         }
     }
 
+    /// The next records. A failed call is tried again in place — from the
+    /// same iterator, or after the last record read — so nothing the
+    /// processor was given is read again; only an error that waiting cannot
+    /// mend (a deleted stream, denied access) is returned.
     async fn read(&mut self) -> Result<Fetched, AwsError> {
-        let mut throttled = Duration::from_millis(500);
         let (mut calls, mut throttles) = (0, 0);
         loop {
             let iterator = match &self.iterator {
                 Some(iterator) => iterator.clone(),
-                None => match self.shard_iterator().await? {
-                    Some(iterator) => iterator,
-                    None => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), calls, throttles }),
+                None => match self.shard_iterator().await {
+                    Ok(Some(iterator)) => iterator,
+                    Ok(None) => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), calls, throttles }),
+                    Err(e) if e.is_transient() => {
+                        self.failed_call(&e);
+                        tokio::time::sleep_until(self.next_call).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 },
             };
             tokio::time::sleep_until(self.next_call).await;
             self.next_call = Instant::now() + MIN_CALL_INTERVAL;
             calls += 1;
-            let output = match self.client.get_records().shard_iterator(&iterator).limit(self.settings.max_records).send().await {
+            let output = match self.get_records(&iterator).await {
                 Ok(output) => output,
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_expired_iterator_exception()) => {
                     self.iterator = None;
                     continue;
                 }
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_provisioned_throughput_exceeded_exception()) => {
-                    // The SDK already retried; back off further before the next call.
                     throttles += 1;
-                    tracing::warn!(shard = %self.shard, "GetRecords throttled; backing off {throttled:?}");
-                    self.next_call = Instant::now() + throttled;
-                    throttled = (throttled * 2).min(Duration::from_secs(10));
+                    let wait = self.throttled.next_wait();
+                    tracing::warn!(shard = %self.shard, "GetRecords throttled; backing off {wait:?}");
+                    self.next_call = Instant::now() + wait;
                     continue;
                 }
-                Err(e) => return Err(AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e)),
+                Err(e) => {
+                    let error = AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e);
+                    if !error.is_transient() {
+                        return Err(error);
+                    }
+                    self.failed_call(&error);
+                    continue;
+                }
             };
+            self.throttled.reset();
+            self.failed.reset();
             let millis_behind_latest = output.millis_behind_latest().unwrap_or(0).max(0) as u64;
             let shard_end = output.next_shard_iterator.is_none().then(|| {
                 output.child_shards.unwrap_or_default().into_iter().map(|c| c.shard_id).collect::<BTreeSet<_>>()
@@ -196,6 +234,22 @@ impl Fetcher {
             }
             return Ok(Fetched { batch, shard_end, calls, throttles });
         }
+    }
+
+    /// One GetRecords call: without the SDK's retries (this reader paces and
+    /// retries itself), and with time for a full 10 MB answer.
+    async fn get_records(&self, iterator: &str) -> Result<GetRecordsOutput, SdkError<GetRecordsError, HttpResponse>> {
+        let timeouts = TimeoutConfig::builder().operation_attempt_timeout(GET_RECORDS_TIMEOUT).operation_timeout(GET_RECORDS_TIMEOUT).build();
+        let config = aws_sdk_kinesis::config::Builder::default().retry_config(RetryConfig::disabled()).timeout_config(timeouts);
+        self.client.get_records().shard_iterator(iterator).limit(self.settings.max_records).customize().config_override(config).send().await
+    }
+
+    /// A call failed with `error`, which waiting may mend: the next one
+    /// waits a little (longer each time, up to a second).
+    fn failed_call(&mut self, error: &AwsError) {
+        let wait = self.failed.next_wait();
+        tracing::warn!(shard = %self.shard, "reading the shard failed: {error}; trying again in place in {wait:?}");
+        self.next_call = Instant::now() + wait;
     }
 
     /// A fresh iterator at the resume position; `None` when the shard is no

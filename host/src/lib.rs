@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod aws;
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod fanout;

@@ -132,52 +132,9 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
 }
 
 async fn run_deploy(args: DeployArgs) -> Result<(), String> {
-    use kcl_host::lease::components::ComponentStore;
-    use kcl_host::lease::control::{ControlTable, Version};
     let clients = AwsClients::from_env(&args.aws.settings()).await.map_err(|e| e.to_string())?;
-    let control = ControlTable::new(clients.dynamodb.clone(), &args.application);
-    control.ensure().await.map_err(|e| e.to_string())?;
-    let read = control.read().await.map_err(|e| e.to_string())?;
-    // Before the first deploy, what the workers run (if they agree) is what a rollback returns to.
-    let running: std::collections::BTreeSet<Version> = read.heartbeats.iter().filter_map(|h| h.running.clone()).collect();
-    let running = (running.len() == 1).then(|| running.into_iter().next()).flatten();
-    let deployed = read.deployed;
-    let components = ComponentStore::new(clients.dynamodb.clone(), &args.application);
-    let (wanted, previous) = match &args.processor {
-        Some(path) => {
-            let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
-            let runtime = Runtime::new(RuntimeConfig { max_instances: 2, ..RuntimeConfig::default() }).map_err(|e| format!("cannot start wasmtime: {e}"))?;
-            let processor = Processor::from_bytes(&runtime, path, &bytes).await.map_err(|e| e.to_string())?;
-            processor.check_initialize().await.map_err(|e| format!("not deploying: its initialize failed in a test instance: {e}"))?;
-            // Stored in DynamoDB, so a worker on any machine can load it.
-            components.ensure().await.map_err(|e| e.to_string())?;
-            components.put(processor.hash(), &bytes).await.map_err(|e| e.to_string())?;
-            let wanted = Version {
-                hash: processor.hash().to_owned(),
-                source: components.source(processor.hash()),
-                component: processor.component().map(str::to_owned),
-            };
-            (wanted, deployed.clone().map(|d| d.wanted).or(running))
-        }
-        None => match deployed.clone() {
-            Some(kcl_host::lease::control::Deployed { wanted, previous: Some(previous) }) => (previous, Some(wanted)),
-            _ => return Err(format!("nothing to roll back to: `{}` has no earlier deploy", args.application)),
-        },
-    };
-    control.deploy(&wanted, previous.as_ref()).await.map_err(|e| e.to_string())?;
-    // Keep what the row names (the wanted version and the one before); the
-    // version that was `previous` until now can go.
-    let dropped = deployed.and_then(|d| d.previous).filter(|old| old.hash != wanted.hash && previous.as_ref().is_none_or(|p| p.hash != old.hash));
-    if let Some(hash) = dropped.as_ref().and_then(|old| components.hash_in(&old.source)) {
-        components.remove(hash).await.map_err(|e| e.to_string())?;
-    }
-    println!(
-        "deployed {} from {} to `{}`; every worker swaps to it at its next heartbeat read{}",
-        wanted.describe(),
-        wanted.source,
-        args.application,
-        previous.map_or(String::new(), |p| format!(" (before: {})", p.describe()))
-    );
+    let message = kcl_host::swap::fleet::deploy(&clients.dynamodb, &args.application, args.processor.as_deref()).await?;
+    println!("{message}");
     Ok(())
 }
 
@@ -209,18 +166,35 @@ async fn run_status(args: StatusArgs) -> Result<(), String> {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM. The handlers are installed at once, so a
-/// signal that arrives during start-up is not lost (nor fatal).
+/// Resolves on SIGINT or SIGTERM: a graceful stop. A second one stops the
+/// process at once — nothing is lost: the next owner of each shard reads
+/// again what came after its last checkpoint. The handlers are installed at
+/// once, so a signal that arrives during start-up is not lost (nor fatal).
 fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut interrupt = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
     let mut terminate = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    async move {
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
+    let (first, mut asked) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        for count in 1.. {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            if count == 1 {
+                tracing::info!("stop requested: shutting the processors down (a second SIGINT or SIGTERM stops at once)");
+                first.send_replace(true);
+            } else {
+                tracing::warn!(
+                    "stopping at once on a second signal: the leases expire, and their next owners read again \
+                     what came after each shard's last checkpoint"
+                );
+                std::process::exit(130);
+            }
         }
-        tracing::info!("stop requested");
+    });
+    async move {
+        let _ = asked.wait_for(|asked| *asked).await;
     }
 }
 

@@ -57,6 +57,9 @@ pub struct Heartbeat {
     pub beat_ms: Option<u64>,
     /// The processor it runs.
     pub running: Option<Version>,
+    /// The process that writes it (host, pid and a nonce): two processes
+    /// with one worker id tell each other apart by it.
+    pub process: Option<String>,
 }
 
 /// A processor version, as the `deploy` row names it.
@@ -112,10 +115,13 @@ impl ControlTable {
     }
 
     /// Bumps `worker`'s heartbeat (creating its row on the first beat), with
-    /// the processor version it runs.
-    pub async fn beat(&self, worker: &str, running: &Version) -> Result<(), LeaseError> {
+    /// the processor version it runs, as written by `process`. Unless
+    /// `claim`, only while the row is `process`'s: `Ok(false)` when another
+    /// process has taken the worker id over.
+    pub async fn beat(&self, worker: &str, running: &Version, process: &str, claim: bool) -> Result<bool, LeaseError> {
         let millis = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        let mut expression = "ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source".to_owned();
+        let mut expression =
+            "ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source, process = :process".to_owned();
         let mut update = self
             .table
             .client
@@ -125,7 +131,11 @@ impl ControlTable {
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":hash", AttributeValue::S(running.hash.clone()))
             .expression_attribute_values(":source", AttributeValue::S(running.source.clone()))
-            .expression_attribute_values(":millis", AttributeValue::N(millis.to_string()));
+            .expression_attribute_values(":millis", AttributeValue::N(millis.to_string()))
+            .expression_attribute_values(":process", AttributeValue::S(process.to_owned()));
+        if !claim {
+            update = update.condition_expression("process = :process");
+        }
         match &running.component {
             Some(component) => {
                 expression.push_str(", processorComponent = :component");
@@ -133,31 +143,36 @@ impl ControlTable {
             }
             None => expression.push_str(" REMOVE processorComponent"),
         }
-        update.update_expression(expression).send().await.map_err(|e| self.table.error("UpdateItem (heartbeat)", e))?;
-        Ok(())
+        match update.update_expression(expression).send().await {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
+            Err(e) => Err(self.table.error("UpdateItem (heartbeat)", e)),
+        }
     }
 
-    /// Deletes `worker`'s row: it has stopped and given its leases back.
-    pub async fn leave(&self, worker: &str) -> Result<(), LeaseError> {
-        self.delete(worker, None).await
+    /// Deletes `worker`'s row, if `process` still writes it: it has stopped
+    /// and given its leases back.
+    pub async fn leave(&self, worker: &str, process: &str) -> Result<(), LeaseError> {
+        self.delete(worker, "process = :seen", AttributeValue::S(process.to_owned())).await
     }
 
     /// Deletes a dead worker's row, if its heartbeat is still `heartbeat`.
     pub async fn forget(&self, worker: &str, heartbeat: u64) -> Result<(), LeaseError> {
-        self.delete(worker, Some(heartbeat)).await
+        self.delete(worker, "heartbeat = :seen", AttributeValue::N(heartbeat.to_string())).await
     }
 
-    async fn delete(&self, worker: &str, heartbeat: Option<u64>) -> Result<(), LeaseError> {
-        let mut delete =
-            self.table.client.delete_item().table_name(&self.table.name).key("key", AttributeValue::S(format!("{WORKER}{worker}")));
-        if let Some(heartbeat) = heartbeat {
-            delete = delete
-                .condition_expression("heartbeat = :seen")
-                .expression_attribute_values(":seen", AttributeValue::N(heartbeat.to_string()));
-        }
+    async fn delete(&self, worker: &str, condition: &str, seen: AttributeValue) -> Result<(), LeaseError> {
+        let delete = self
+            .table
+            .client
+            .delete_item()
+            .table_name(&self.table.name)
+            .key("key", AttributeValue::S(format!("{WORKER}{worker}")))
+            .condition_expression(condition)
+            .expression_attribute_values(":seen", seen);
         match delete.send().await {
             Ok(_) => Ok(()),
-            // It beat again: alive after all.
+            // It beat again (alive after all), or another process writes it now.
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(()),
             Err(e) => Err(self.table.error("DeleteItem (heartbeat)", e)),
         }
@@ -197,7 +212,7 @@ impl ControlTable {
                     .zip(text("processorSource"))
                     .map(|(hash, source)| Version { hash, source, component: text("processorComponent") });
                 if let Ok(heartbeat) = n.parse() {
-                    read.heartbeats.push(Heartbeat { worker: worker.to_owned(), heartbeat, beat_ms, running });
+                    read.heartbeats.push(Heartbeat { worker: worker.to_owned(), heartbeat, beat_ms, running, process: text("process") });
                 }
             }
         }
@@ -307,7 +322,7 @@ mod tests {
     const FAILOVER: Duration = Duration::from_secs(10);
 
     fn beats(rows: &[(&str, u64)]) -> Vec<Heartbeat> {
-        rows.iter().map(|(w, n)| Heartbeat { worker: w.to_string(), heartbeat: *n, beat_ms: None, running: None }).collect()
+        rows.iter().map(|(w, n)| Heartbeat { worker: w.to_string(), heartbeat: *n, beat_ms: None, running: None, process: None }).collect()
     }
 
     #[test]

@@ -37,6 +37,12 @@ impl Liveness {
         *self.valid_until.lock().expect("not poisoned") = Some(sent + self.failover_time);
     }
 
+    /// No lease is valid any more (another process took this worker's id):
+    /// only a later successful beat, which will not come, could change that.
+    pub fn revoke(&self) {
+        *self.valid_until.lock().expect("not poisoned") = Some(Instant::now());
+    }
+
     /// Whether the last heartbeat is recent enough (or none is kept).
     pub fn is_valid(&self, now: Instant) -> bool {
         self.valid_until.lock().expect("not poisoned").is_none_or(|until| now < until)
@@ -176,6 +182,14 @@ impl<S: LeaseStore> HeldLease<S> {
     }
 }
 
+/// Renews `lease`, giving up when its validity ends (a write still out
+/// then cannot save it).
+async fn renew_by_deadline<S: LeaseStore>(lease: Arc<HeldLease<S>>) -> (Renewal, Arc<HeldLease<S>>) {
+    let deadline = *lease.valid_until.lock().expect("not poisoned");
+    let renewal = tokio::time::timeout_at(deadline, lease.renew()).await.unwrap_or(Renewal::Failed);
+    (renewal, lease)
+}
+
 /// How one renewal went.
 enum Renewal {
     Renewed,
@@ -210,31 +224,73 @@ impl<S: LeaseStore> Renewer<S> {
     /// renewal period (so the longest gap between writes is one and a half
     /// periods); returns, and forgets, the ones lost.
     pub async fn renew_all(&self) -> Vec<Arc<HeldLease<S>>> {
-        let recently = Instant::now().checked_sub(self.every / 2);
-        let held: Vec<_> =
-            lock(&self.held).values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect();
         let mut renewals = tokio::task::JoinSet::new();
-        for lease in held {
-            renewals.spawn(async move { (lease.renew().await, lease) });
+        for lease in self.due() {
+            renewals.spawn(renew_by_deadline(lease));
         }
         let mut lost = Vec::new();
         while let Some(renewal) = renewals.join_next().await {
             let (renewal, lease) = renewal.expect("a renewal does not panic");
-            let is_lost = match renewal {
-                Renewal::Renewed => false,
-                Renewal::Lost => true,
-                Renewal::Failed => {
-                    self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    !lease.is_valid()
-                }
-            };
-            if is_lost {
-                lease.mark_lost();
+            if self.settle(renewal, &lease) {
                 lost.push(lease);
             }
         }
-        let mut held = lock(&self.held);
-        for lease in &lost {
+        lost
+    }
+
+    /// Renews the held leases every period until the task is aborted, each
+    /// renewal on its own: a slow write holds up neither the others nor the
+    /// next round (its lease is skipped while the write is out), and is given
+    /// up when the lease's validity ends. `on_failed` hears of each renewal
+    /// write that failed, `on_lost` of each lease lost.
+    pub async fn run(&self, mut on_failed: impl FnMut(), mut on_lost: impl FnMut(&HeldLease<S>)) {
+        let mut tick = tokio::time::interval(self.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.reset();
+        let mut renewals = tokio::task::JoinSet::new();
+        let mut out = HashSet::new();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    for lease in self.due() {
+                        if out.insert(lease.id) {
+                            renewals.spawn(renew_by_deadline(lease));
+                        }
+                    }
+                }
+                Some(renewal) = renewals.join_next() => {
+                    let (renewal, lease) = renewal.expect("a renewal does not panic");
+                    out.remove(&lease.id);
+                    if matches!(renewal, Renewal::Failed) {
+                        on_failed();
+                    }
+                    if self.settle(renewal, &lease) {
+                        on_lost(&lease);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The held leases a checkpoint did not write within half a period.
+    fn due(&self) -> Vec<Arc<HeldLease<S>>> {
+        let recently = Instant::now().checked_sub(self.every / 2);
+        lock(&self.held).values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect()
+    }
+
+    /// Counts a failed renewal; `true` when the lease is lost (and then forgotten).
+    fn settle(&self, renewal: Renewal, lease: &Arc<HeldLease<S>>) -> bool {
+        let lost = match renewal {
+            Renewal::Renewed => false,
+            Renewal::Lost => true,
+            Renewal::Failed => {
+                self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                !lease.is_valid()
+            }
+        };
+        if lost {
+            lease.mark_lost();
+            let mut held = lock(&self.held);
             // Only this take: the shard may have been taken again meanwhile.
             if held.get(lease.key()).is_some_and(|current| Arc::ptr_eq(current, lease)) {
                 held.remove(lease.key());
@@ -278,7 +334,8 @@ pub struct TakePass<S> {
     /// consumers (`shutdown(requested)`, so they checkpoint) and then calls
     /// [`Coordinator::evict`].
     pub release: Vec<String>,
-    /// Short of the target while another worker is above it: pass again soon.
+    /// Short of the target while another worker is above it, or taking
+    /// nothing while this worker's heartbeat is overdue: pass again soon.
     pub short: bool,
 }
 
@@ -312,8 +369,8 @@ impl<S: LeaseStore> Coordinator<S> {
     pub async fn take_pass(&mut self) -> Result<TakePass<S>, LeaseError> {
         let mut taken = Vec::new();
         if !self.liveness.is_valid(Instant::now()) {
-            tracing::warn!("taking no leases: this worker's heartbeat is overdue, so the others would take them");
-            return Ok(TakePass { taken, release: Vec::new(), short: false });
+            tracing::warn!("taking no leases: this worker's heartbeat is overdue, so the others would take them; trying again soon");
+            return Ok(TakePass { taken, release: Vec::new(), short: true });
         }
         for _ in 0..TAKE_ROUNDS {
             let scan = self.store.scan().await?;

@@ -17,7 +17,9 @@
 //! attributes this code does not know survive every write.
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -34,12 +36,23 @@ type Item = HashMap<String, AttributeValue>;
 pub struct DynamoStore {
     client: Client,
     table: KeyedTable,
+    /// How long one renewal may take, in place of the client's per-attempt
+    /// time-out (see [`Self::with_renewal_timeout`]).
+    renewal_timeout: Option<Duration>,
 }
 
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         let table = KeyedTable { client: client.clone(), name: table.into(), key: "leaseKey", what: "lease table" };
-        Self { client, table }
+        Self { client, table, renewal_timeout: None }
+    }
+
+    /// Lets a renewal take up to `timeout` (the failover time: a renewal
+    /// answered late but within the lease's validity still keeps it)
+    /// rather than the client's per-attempt time-out, whose retries of a
+    /// slow row would all time out alike.
+    pub fn with_renewal_timeout(self, timeout: Duration) -> Self {
+        Self { renewal_timeout: Some(timeout), ..self }
     }
 
     fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
@@ -85,9 +98,28 @@ impl DynamoStore {
         update: UpdateItemFluentBuilder,
         is_ours: impl Fn(&Lease) -> bool,
     ) -> Result<Option<Lease>, LeaseError> {
+        self.send_update_within(operation, lease, update, is_ours, None).await
+    }
+
+    /// [`Self::send_update`], all attempts within `timeout` when given.
+    async fn send_update_within(
+        &self,
+        operation: &'static str,
+        lease: &Lease,
+        update: UpdateItemFluentBuilder,
+        is_ours: impl Fn(&Lease) -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Lease>, LeaseError> {
         let malformed = |reason: String| LeaseError::from(AwsError::Service { operation, code: "MalformedLease".into(), message: reason });
         let update = update.return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        match update.send().await {
+        let sent = match timeout {
+            Some(timeout) => {
+                let timeouts = TimeoutConfig::builder().operation_attempt_timeout(timeout).operation_timeout(timeout).build();
+                update.customize().config_override(aws_sdk_dynamodb::config::Builder::default().timeout_config(timeouts)).send().await
+            }
+            None => update.send().await,
+        };
+        match sent {
             Ok(output) => parse(&output.attributes.unwrap_or_default()).map(Some).map_err(malformed),
             Err(e) => match e.as_service_error() {
                 Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(failed)) => {
@@ -252,7 +284,7 @@ impl LeaseStore for DynamoStore {
 
     async fn renew(&self, lease: &Lease) -> Result<Option<Lease>, LeaseError> {
         let update = self.conditional_update(lease, true).update_expression("SET leaseCounter = :next");
-        self.send_update("UpdateItem (renew lease)", lease, update, |row| row.owner == lease.owner).await
+        self.send_update_within("UpdateItem (renew lease)", lease, update, |row| row.owner == lease.owner, self.renewal_timeout).await
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>) -> Result<Option<Lease>, LeaseError> {

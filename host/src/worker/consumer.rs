@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::deploy::CallReport;
+use crate::swap::rollout::CallReport;
 use super::redelivery::{Budget, Unacknowledged};
 
+use crate::backoff::Backoff;
 use crate::fanout::{KinesisSubscriptions, Subscriber};
 use crate::fetch::{self, Fetched, FetchSettings, Fetcher, StartingPosition};
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
@@ -64,24 +65,11 @@ const HEALTHY: Duration = Duration::from_secs(60);
 
 /// The wait before restarting a failed processor: doubling up to a cap, and
 /// back to the start after a healthy attempt.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    fn new() -> Self {
-        Self { next: BACKOFF.0 }
+fn restart_wait(backoff: &mut Backoff, lasted: Duration) -> Duration {
+    if lasted >= HEALTHY {
+        backoff.reset();
     }
-
-    /// The wait after an attempt that ran for `lasted` and failed.
-    fn after_failure(&mut self, lasted: Duration) -> Duration {
-        if lasted >= HEALTHY {
-            self.next = BACKOFF.0;
-        }
-        let wait = self.next;
-        self.next = (self.next * 2).min(BACKOFF.1);
-        wait
-    }
+    backoff.next_wait()
 }
 
 /// Why one attempt at the shard ended early.
@@ -101,7 +89,7 @@ impl<S: LeaseStore> Consumer<S> {
                 return outcome;
             }
         }
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
         // Where the first failed attempt started delivering, for a lease with
         // no checkpoint yet at LATEST or AT_TIMESTAMP: a restart there again
         // would skip what that attempt was given.
@@ -112,7 +100,7 @@ impl<S: LeaseStore> Consumer<S> {
                 Interrupt::Done(outcome) => return outcome,
                 Interrupt::Failed(error) => error,
             };
-            let wait = backoff.after_failure(started.elapsed());
+            let wait = restart_wait(&mut backoff, started.elapsed());
             self.metrics.restarted();
             tracing::warn!(shard = %shard, processor = self.processor.borrow().describe(), "{error}; restarting from the last checkpoint in {wait:?}");
             if let Some(outcome) = self.wait(wait).await {
@@ -280,7 +268,7 @@ impl<S: LeaseStore> Consumer<S> {
 
     /// Delivers one batch, again after each retryable error.
     async fn deliver(&self, instance: &mut ShardInstance, processor: &Processor, batch: &mut Batch) -> Option<Interrupt> {
-        let mut backoff = BACKOFF.0;
+        let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
         loop {
             if !self.held.is_valid() {
                 return Some(self.finish(instance, ShutdownReason::LeaseLost).await);
@@ -301,11 +289,11 @@ impl<S: LeaseStore> Consumer<S> {
                     return None;
                 }
                 Err(CallError::Retryable(message)) => {
-                    tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "processor asked for a retry: {message}; delivering the batch again in {backoff:?}");
-                    if let Some(outcome) = self.wait(backoff).await {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "processor asked for a retry: {message}; delivering the batch again in {wait:?}");
+                    if let Some(outcome) = self.wait(wait).await {
                         return Some(self.finish_outcome(instance, outcome).await);
                     }
-                    backoff = (backoff * 2).min(BACKOFF.1);
                 }
                 Err(CallError::Withdrawn) => {
                     tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "the lease's validity ran out during process-records: call stopped, batch not delivered");
@@ -428,14 +416,14 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_to_its_cap_and_starts_over_after_a_healthy_attempt() {
-        let mut backoff = Backoff::new();
+    fn restarts_back_off_to_a_cap_and_start_over_after_a_healthy_attempt() {
+        let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
         let quick = Duration::from_secs(1);
-        let waits: Vec<Duration> = (0..8).map(|_| backoff.after_failure(quick)).collect();
+        let waits: Vec<Duration> = (0..8).map(|_| restart_wait(&mut backoff, quick)).collect();
         assert_eq!(waits[0], BACKOFF.0);
         assert_eq!(waits[1], BACKOFF.0 * 2);
         assert_eq!(*waits.last().unwrap(), BACKOFF.1, "capped");
-        assert_eq!(backoff.after_failure(HEALTHY), BACKOFF.0, "a healthy period resets it");
-        assert_eq!(backoff.after_failure(quick), BACKOFF.0 * 2);
+        assert_eq!(restart_wait(&mut backoff, HEALTHY), BACKOFF.0, "a healthy period resets it");
+        assert_eq!(restart_wait(&mut backoff, quick), BACKOFF.0 * 2);
     }
 }

@@ -16,7 +16,6 @@
 //!   and at once when a shard ends, so children start right after their parents.
 
 mod consumer;
-mod deploy;
 mod redelivery;
 
 use std::collections::{BTreeMap, HashSet};
@@ -36,21 +35,22 @@ use crate::fetch::FetchSettings;
 use crate::admin::{self, Health};
 use crate::fanout::{self, KinesisSubscriptions};
 use crate::metrics::{Metrics, ShardMetrics};
-use crate::swap::Swapper;
+use crate::swap::{fleet, Swapper};
 use crate::lease::components::ComponentStore;
-use crate::lease::control::{self, ControlTable, Deployed, FleetWatch};
+use crate::lease::control::{self, ControlTable, FleetWatch};
 use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::{Lease, LeaseError, LeaseStore};
 use crate::runtime::Processor;
 use crate::shard::{self, InitialPosition};
 use consumer::{Consumer, Outcome};
-use deploy::{CallReport, Deployment};
+use crate::swap::rollout::{self, CallReport, Rollout};
 use redelivery::Budget;
-pub use deploy::SwapSettings;
 
 /// Longest a graceful stop waits for processors to shut down.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often a graceful stop that is not done says what it waits for.
+const STOP_TELL_AFTER: Duration = Duration::from_secs(2);
 
 /// Why the worker could not run.
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +101,7 @@ struct Running {
 /// The consumers of this worker, one per held lease.
 struct Consumers {
     template: Template,
-    deployment: Deployment,
+    rollout: Rollout,
     tasks: JoinSet<()>,
     running: BTreeMap<String, Running>,
     ended: mpsc::UnboundedSender<(Held, Outcome)>,
@@ -124,7 +124,7 @@ impl Consumers {
     fn spawn(&mut self, held: Held) {
         let (stop, stop_rx) = watch::channel(false);
         let metrics = self.template.metrics.shard(held.key());
-        let (processor, processor_rx) = watch::channel(self.deployment.current().clone());
+        let (processor, processor_rx) = watch::channel(self.rollout.current().clone());
         let delivered = Arc::new(AtomicU64::new(0));
         let consumer = Consumer {
             processor: processor_rx,
@@ -142,7 +142,7 @@ impl Consumers {
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();
-        tracing::info!(shard = %key, processor = self.deployment.current().describe(), "processing");
+        tracing::info!(shard = %key, processor = self.rollout.current().describe(), "processing");
         self.running.insert(key, Running { held: held.clone(), delivered, stop, processor, metrics });
         // In the worker's span: every line of the shard names the worker.
         self.tasks.spawn(
@@ -172,22 +172,28 @@ impl Consumers {
 
     /// A new processor was offered: roll it out.
     fn offer(&mut self, processor: Processor) {
-        self.deployment.offer(processor, channels(&self.running));
+        self.rollout.offer(processor, channels(&self.running));
     }
 
     /// A call ended: the rollout goes on, or back. Most calls are of a
     /// version not on trial, and cost nothing here.
     fn report(&mut self, report: &CallReport) -> bool {
-        if !self.deployment.on_trial(&report.processor) {
+        if !self.rollout.on_trial(&report.processor) {
             return false;
         }
-        self.deployment.report(report, channels(&self.running));
+        self.rollout.report(report, channels(&self.running));
         true
     }
 
     /// The canary ran its idle time: the rollout goes on.
     fn canary_idle(&mut self) {
-        self.deployment.canary_idle(channels(&self.running));
+        self.rollout.canary_idle(channels(&self.running));
+    }
+
+    /// Tells `swapper` where the rollout stands (what the heartbeat reports,
+    /// and what a new offer is compared with).
+    fn tell(&self, swapper: &Swapper) {
+        swapper.record_rollout(self.rollout.current(), self.rollout.candidate());
     }
 
     /// Forgets the consumer of `held` (not a newer one of the same shard);
@@ -204,17 +210,17 @@ impl Consumers {
 }
 
 /// Each running shard, for the rollout.
-fn channels(running: &BTreeMap<String, Running>) -> deploy::Shards<'_> {
+fn channels(running: &BTreeMap<String, Running>) -> rollout::Shards<'_> {
     running
         .iter()
-        .map(|(key, r)| (key.as_str(), deploy::Shard { processor: &r.processor, delivered: r.delivered.load(Ordering::Relaxed) }))
+        .map(|(key, r)| (key.as_str(), rollout::Shard { processor: &r.processor, delivered: r.delivered.load(Ordering::Relaxed) }))
         .collect()
 }
 
 /// Consumes `config.stream` until `shutdown` resolves, with the processor
 /// `swapper` holds. Each version it offers is rolled out: a canary shard
 /// first, then every shard at its next batch boundary, rolled back if it
-/// fails (see [`deploy`]).
+/// fails (see [`rollout`]).
 pub async fn run(
     config: WorkerConfig,
     clients: AwsClients,
@@ -224,17 +230,25 @@ pub async fn run(
     let started = Instant::now();
     // Check the stream before touching DynamoDB: a typo in --stream must not create a table.
     shard::list_shards(&clients.kinesis, &config.stream).await?;
-    let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application));
+    let failover = config.take.failover_time;
+    let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application).with_renewal_timeout(failover));
     let control = ControlTable::new(clients.dynamodb.clone(), &config.application);
     let components = ComponentStore::new(clients.dynamodb.clone(), &config.application);
     tokio::try_join!(store.ensure_table(), control.ensure())?;
-    let failover = config.take.failover_time;
     let me = config.worker_id.clone();
     let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
+    let read = control.read().await?;
+    // Before any shard starts: a restarted or new worker runs what the fleet was told to.
+    let deploys_tried = fleet::Tried::default();
+    if let Some(deployed) = &read.deployed {
+        fleet::start_with_deployed(deployed, &swapper, &components, &deploys_tried).await;
+    }
+    let process = process_name();
+    check_unique(&control, &me, &read, failover).await?;
     // Others see this worker (and may give it leases) from its first beat on.
-    beat(&control, &me, &swapper, &coordinator.liveness()).await?;
+    beat(&control, &me, &process, &swapper, &coordinator.liveness(), true).await?;
     let mut fleet = FleetWatch::new(&me, failover);
-    fleet.observe(&control.read().await?.heartbeats, Instant::now());
+    fleet.observe(&read.heartbeats, Instant::now());
     coordinator.set_fleet(fleet.fleet().clone());
 
     let fan_out = match config.retrieval {
@@ -263,7 +277,7 @@ pub async fn run(
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
     let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
     let mut processor = swapper.subscribe();
-    let deployment = Deployment::new(processor.borrow_and_update().clone(), config.swap, metrics.clone());
+    let rollout = Rollout::new(processor.borrow_and_update().clone(), config.swap, metrics.clone());
     let shard_sync_interval = config.shard_sync_interval;
     let mut consumers = Consumers {
         template: Template {
@@ -278,7 +292,7 @@ pub async fn run(
             fan_out,
             metrics: metrics.clone(),
         },
-        deployment,
+        rollout,
         tasks: JoinSet::new(),
         running: BTreeMap::new(),
         ended: ended_tx,
@@ -291,12 +305,18 @@ pub async fn run(
     let mut short = consumers.apply(coordinator.take_pass().await?);
     tracing::info!(leases = consumers.running.len(), "first lease pass done in {:?}", started.elapsed());
 
-    // Renewals in a task of their own: no take pass or shard sync delays them.
-    let renewals = tokio::spawn(
-        renew_every(coordinator.renewer(failover / 3), control.clone(), me.clone(), swapper.clone(), coordinator.liveness(), metrics.clone(), failover / 3)
-            .in_current_span(),
-    );
+    // The heartbeat and the renewals in tasks of their own: no take pass,
+    // shard sync or slow renewal delays them.
     let poll = control::poll_interval(failover);
+    let (taken_over_tx, mut taken_over) = mpsc::channel(1);
+    let beats = beat_every(control.clone(), me.clone(), process.clone(), swapper.clone(), coordinator.liveness(), failover / 3, poll);
+    let heartbeats = tokio::spawn(
+        async move {
+            let _ = taken_over_tx.send(beats.await).await;
+        }
+        .in_current_span(),
+    );
+    let renewals = tokio::spawn(renew_every(coordinator.renewer(failover / 3), metrics.clone()).in_current_span());
     let mut next_poll = Instant::now() + poll;
     let mut last_pass = Instant::now();
     let mut sync = tokio::time::interval(shard_sync_interval);
@@ -304,11 +324,12 @@ pub async fn run(
     sync.reset();
     tokio::pin!(shutdown);
     let mut refused = None;
-    // The `deploy` row versions already acted on (so a bad one is tried once).
-    let mut deploys_tried = HashSet::new();
+    // Loading and checking a deployed version takes seconds: off the loop.
+    let mut following: Option<tokio::task::JoinHandle<()>> = None;
 
     loop {
         health.loop_ran();
+        health.short_of_share(short);
         metrics.leases_held(consumers.running.len());
         metrics.swap_buffer(consumers.template.redelivery.used());
         // Java KCL's taker interval: the heartbeats already bring a pass at
@@ -316,47 +337,60 @@ pub async fn run(
         let next_pass = last_pass + if short { poll } else { failover * 2 };
         let take_at = coordinator.expiry_due().map_or(next_pass, |due| due.min(next_pass));
         let poll_at = fleet.next_death().map_or(next_poll, |death| death.min(next_poll));
-        let canary_due = consumers.deployment.canary_due();
+        let canary_due = consumers.rollout.canary_due();
         let mut pass_now = false;
         let mut after_end = None;
         tokio::select! {
             _ = &mut shutdown => break,
+            Some(reason) = taken_over.recv() => {
+                // Nothing more may be delivered or written as this worker.
+                coordinator.liveness().revoke();
+                tracing::error!("{reason}; stopping");
+                refused = Some(reason);
+                break;
+            }
             _ = tokio::time::sleep_until(take_at) => pass_now = true,
             _ = tokio::time::sleep_until(poll_at) => {
                 next_poll = Instant::now() + poll;
-                match control.read().await {
-                    Ok(read) => {
-                        if let Some(deployed) = &read.deployed {
-                            follow_deploy(deployed, &swapper, &components, &mut deploys_tried).await;
+                // Bounded: a read hung in an outage must not hold the loop once DynamoDB is back.
+                match tokio::time::timeout(failover / 2, control.read()).await {
+                    Ok(Ok(read)) => {
+                        // Liveness is judged on the clock of the read, never a later one.
+                        let read_at = Instant::now();
+                        if let Some(deployed) = read.deployed.filter(|_| following.as_ref().is_none_or(|task| task.is_finished())) {
+                            let (swapper, components, tried) = (swapper.clone(), components.clone(), deploys_tried.clone());
+                            let follow = async move { fleet::follow(&deployed, &swapper, &components, &tried).await };
+                            following = Some(tokio::spawn(follow.in_current_span()));
                         }
-                        if fleet.observe(&read.heartbeats, Instant::now()) {
+                        if fleet.observe(&read.heartbeats, read_at) {
                             let now = fleet.fleet();
                             tracing::info!(live = ?now.live, dead = ?now.dead, "the fleet changed");
                             coordinator.set_fleet(now.clone());
                             pass_now = true;
                         }
-                        for (worker, heartbeat) in fleet.forgettable(Instant::now()) {
+                        for (worker, heartbeat) in fleet.forgettable(read_at) {
                             if let Err(e) = control.forget(&worker, heartbeat).await {
                                 tracing::warn!(worker = %worker, "could not delete a dead worker's heartbeat row: {e}");
                             }
                         }
                     }
-                    Err(e) => tracing::warn!("could not read the fleet's heartbeats: {e}"),
+                    Ok(Err(e)) => tracing::warn!("could not read the fleet's heartbeats: {e}"),
+                    Err(_) => tracing::warn!("reading the fleet's heartbeats took over {:?}; trying again at the next poll", failover / 2),
                 }
             }
             Ok(()) = processor.changed() => {
                 let offered = processor.borrow_and_update().clone();
                 consumers.offer(offered);
-                swapper.settled(consumers.deployment.current());
+                consumers.tell(&swapper);
             }
             Some(report) = reports_rx.recv() => {
                 if consumers.report(&report) {
-                    swapper.settled(consumers.deployment.current());
+                    consumers.tell(&swapper);
                 }
             }
             _ = tokio::time::sleep_until(canary_due.unwrap_or(take_at)), if canary_due.is_some() => {
                 consumers.canary_idle();
-                swapper.settled(consumers.deployment.current());
+                consumers.tell(&swapper);
             }
             _ = sync.tick() => {
                 if let Err(e) = sync_shards(config, &clients, &store, coordinator.leases()).await {
@@ -369,7 +403,11 @@ pub async fn run(
                     *summary.records.entry(key.clone()).or_default() += delivered;
                 }
                 match outcome {
-                    Outcome::LeaseLost => coordinator.consumer_ended(&held),
+                    Outcome::LeaseLost => {
+                        coordinator.consumer_ended(&held);
+                        // Lost to an outage rather than to another worker: take it back as soon as we may.
+                        pass_now = true;
+                    }
                     Outcome::Stopped => {
                         // Only a consumer given back to balance stops while the worker runs.
                         match coordinator.evict(&key).await {
@@ -386,6 +424,9 @@ pub async fn run(
                         break;
                     }
                     Outcome::ShardEnd { .. } => {
+                        // Before the pass that starts the children: they run what their parent ran.
+                        consumers.rollout.shard_ended(&key, channels(&consumers.running));
+                        consumers.tell(&swapper);
                         coordinator.finished(&key);
                         summary.finished.push(key.clone());
                         // Children become ready the moment a parent ends: sync and take now.
@@ -419,12 +460,27 @@ pub async fn run(
         running.stop.send_replace(true);
     }
     let tasks = &mut consumers.tasks;
-    if tokio::time::timeout(STOP_TIMEOUT, async { while tasks.join_next().await.is_some() {} }).await.is_err() {
+    let stopped = async {
+        // Say what the stop waits for when it is not quick: a call running up to its deadline.
+        let mut tell = tokio::time::interval_at(Instant::now() + STOP_TELL_AFTER, STOP_TELL_AFTER);
+        loop {
+            tokio::select! {
+                joined = tasks.join_next() => if joined.is_none() { break },
+                _ = tell.tick() => tracing::info!(
+                    "stopping: waiting for {} processors to shut down (a call may run up to --call-deadline; \
+                     a second SIGINT or SIGTERM stops at once)",
+                    tasks.len()
+                ),
+            }
+        }
+    };
+    if tokio::time::timeout(STOP_TIMEOUT, stopped).await.is_err() {
         tracing::warn!("processors did not stop within {STOP_TIMEOUT:?}; their leases expire instead");
         tasks.abort_all();
     }
     // Processors are done: stop renewing, then give the leases back.
     renewals.abort();
+    heartbeats.abort();
     while let Ok((held, outcome)) = ended_rx.try_recv() {
         if let Outcome::ShardEnd { .. } = outcome {
             coordinator.finished(held.key());
@@ -443,84 +499,98 @@ pub async fn run(
         admin.abort();
     }
     // The others notice at their next heartbeat read and take the leases.
-    if let Err(e) = control.leave(&me).await {
+    if let Err(e) = control.leave(&me, &process).await {
         tracing::warn!("could not delete this worker's heartbeat row (the others see it die instead): {e}");
     }
     summary.elapsed = started.elapsed();
-    summary.versions = consumers.deployment.history().to_vec();
+    summary.versions = consumers.rollout.history().to_vec();
     match refused {
         Some(reason) => Err(WorkerError::Refused(reason)),
         None => Ok(summary),
     }
 }
 
-/// Swaps to the version the `deploy` row names, when it is not running (and
-/// was not tried already): one that ran here before is still compiled; a
-/// new one comes from the component table (or the path the row names).
-async fn follow_deploy(deployed: &Deployed, swapper: &Swapper, components: &ComponentStore, tried: &mut HashSet<String>) {
-    let wanted = &deployed.wanted;
-    if swapper.current().hash == wanted.hash || !tried.insert(wanted.hash.clone()) {
-        return;
-    }
-    let trigger = format!("deploy {}", wanted.hash);
-    let loaded = match (swapper.known(&wanted.hash), components.hash_in(&wanted.source)) {
-        (Some(known), _) => Ok(known),
-        (None, Some(hash)) => match components.get(hash).await {
-            Ok(Some(bytes)) => swapper.load_bytes(&wanted.source, &bytes).await,
-            Ok(None) => Err(format!("`{}` is not in the component table: deploy it again", wanted.source)),
-            Err(e) => {
-                // The table may be back at the next poll: try again then.
-                tried.remove(&wanted.hash);
-                return tracing::warn!("{trigger}: could not read `{}`, trying again at the next poll: {e}", wanted.source);
-            }
-        },
-        (None, None) => swapper.load(std::path::Path::new(&wanted.source)).await,
-    };
-    let loaded = loaded.and_then(|candidate| match candidate.hash() == wanted.hash {
-        true => Ok(candidate),
-        false => Err(format!("`{}` holds {}, not the deployed {}; deploy again", wanted.source, candidate.hash(), wanted.hash)),
-    });
-    let _ = swapper.offer(loaded, wanted.source.clone(), &trigger).await;
-}
-
-/// Writes this worker's heartbeat (with the processor it runs); on success
-/// its leases stay valid one failover time from when the write was sent.
-async fn beat(control: &ControlTable, me: &str, swapper: &Swapper, liveness: &Liveness) -> Result<(), LeaseError> {
+/// Writes this worker's heartbeat (with the processor it runs) as
+/// `process`, taking the row over when `claim`; on success its leases stay
+/// valid one failover time from when the write was sent. `Ok(false)` when
+/// another process writes the row now.
+async fn beat(control: &ControlTable, me: &str, process: &str, swapper: &Swapper, liveness: &Liveness, claim: bool) -> Result<bool, LeaseError> {
     let sent = Instant::now();
-    control.beat(me, &swapper.current()).await?;
-    liveness.beat(sent);
-    Ok(())
+    let ours = control.beat(me, &swapper.current(), process, claim).await?;
+    if ours {
+        liveness.beat(sent);
+    }
+    Ok(ours)
 }
 
-/// Writes the heartbeat and renews the held leases every `period`, until aborted.
-async fn renew_every<S: LeaseStore>(
-    renewer: Renewer<S>,
+/// Writes the heartbeat every `period` — and `retry` after a write that
+/// failed, so the leases are valid again soon after DynamoDB is back —
+/// until aborted. No renewal ever delays it. Ends, saying why, if another
+/// process takes the worker id over.
+async fn beat_every(
     control: ControlTable,
     me: String,
+    process: String,
     swapper: Arc<Swapper>,
     liveness: Arc<Liveness>,
-    metrics: Arc<Metrics>,
     period: Duration,
-) {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.reset();
-    let mut failed = 0;
+    retry: Duration,
+) -> String {
+    let mut next = Instant::now() + period;
     loop {
-        tick.tick().await;
-        let (beaten, lost) = tokio::join!(beat(&control, &me, &swapper, &liveness), renewer.renew_all());
-        if let Err(e) = beaten {
-            tracing::warn!("could not write the heartbeat (the leases stop being valid if this goes on): {e}");
-        }
-        for held in lost {
-            metrics.lease_lost();
-            tracing::warn!(shard = %held.key(), "lease lost; stopping delivery");
-        }
-        for _ in failed..renewer.failed() {
-            metrics.renewal_failed();
-        }
-        failed = renewer.failed();
+        tokio::time::sleep_until(next).await;
+        next = match beat(&control, &me, &process, &swapper, &liveness, false).await {
+            Ok(true) => next + period,
+            Ok(false) => {
+                return format!(
+                    "another process took over worker id `{me}` (its heartbeat row is no longer this one's): \
+                     give each process its own --worker-id"
+                );
+            }
+            Err(e) => {
+                tracing::warn!("could not write the heartbeat (the leases stop being valid if this goes on): {e}");
+                Instant::now() + retry
+            }
+        };
     }
+}
+
+/// This process, as its heartbeat row names it: host, pid and a nonce.
+fn process_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown host".into());
+    format!("{host} pid {} #{:08x}", std::process::id(), fastrand::u32(..))
+}
+
+/// Refuses to start while another live process beats as `me`. A row of
+/// this worker id written lately may be a crashed process's: it is watched
+/// for one heartbeat period, and only one that moves meanwhile refuses.
+async fn check_unique(control: &ControlTable, me: &str, read: &control::ControlRead, failover: Duration) -> Result<(), WorkerError> {
+    let Some(row) = read.heartbeats.iter().find(|h| h.worker == me) else { return Ok(()) };
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    // Twice the failover time: room for clocks that disagree.
+    if row.beat_ms.is_some_and(|ms| now_ms.saturating_sub(ms) > 2 * failover.as_millis() as u64) {
+        return Ok(());
+    }
+    tracing::info!("worker id `{me}` has a recent heartbeat row: watching it for one heartbeat period before starting");
+    tokio::time::sleep(failover / 3 + control::poll_interval(failover)).await;
+    let again = control.read().await?;
+    match again.heartbeats.iter().find(|h| h.worker == me) {
+        Some(now) if now.heartbeat != row.heartbeat => Err(WorkerError::Refused(format!(
+            "worker id `{me}` is in use by a live process ({}): its heartbeat moved while this one watched; \
+             give each process its own --worker-id (as Java KCL requires), or stop that process first",
+            now.process.as_deref().unwrap_or("an older kcl-host")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Renews the held leases every renewal period, until aborted.
+async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, metrics: Arc<Metrics>) {
+    let on_lost = |held: &HeldLease<S>| {
+        metrics.lease_lost();
+        tracing::warn!(shard = %held.key(), "lease lost; stopping delivery");
+    };
+    renewer.run(|| metrics.renewal_failed(), on_lost).await;
 }
 
 /// Lists the stream's shards, creates the leases that are missing, and

@@ -33,8 +33,14 @@ pub struct KclHost {
 impl KclHost {
     /// Starts `binary` with `args`; its log (stderr and stdout) is collected.
     pub fn spawn(binary: &Path, args: &[&str]) -> Self {
+        Self::spawn_with_env(binary, args, &[])
+    }
+
+    /// [`Self::spawn`] with `env` set too (an endpoint through a fault proxy, say).
+    pub fn spawn_with_env(binary: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(binary)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())

@@ -2,7 +2,11 @@
 //! again), `--watch` (the path's file changed), the admin listener's
 //! `POST /swap`, or the control table's `deploy` row (`kcl-host deploy`). Each is checked the same way before any shard sees it —
 //! the load checks of start-up plus a test instance's `initialize` — and
-//! offered to the worker, which rolls it out (`worker::deploy`).
+//! offered to the worker, which rolls it out ([`rollout`]); [`fleet`] is
+//! the `deploy` row's protocol.
+
+pub mod fleet;
+pub mod rollout;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,6 +36,8 @@ pub struct Swapper {
     /// The version the worker settled on (not one still on its canary, nor
     /// one it rolled back), and its source: what the heartbeat reports.
     settled: std::sync::Mutex<Version>,
+    /// The version on trial (on its canary or on probation), if any.
+    trial: std::sync::Mutex<Option<String>>,
 }
 
 impl Swapper {
@@ -40,7 +46,7 @@ impl Swapper {
         let source = canonical(source);
         let settled = std::sync::Mutex::new(version(&processor, &source));
         let known = std::sync::Mutex::new(vec![(processor.clone(), source)]);
-        Self { runtime, canary_input: None, offers: watch::channel(processor).0, known, settled }
+        Self { runtime, canary_input: None, offers: watch::channel(processor).0, known, settled, trial: Default::default() }
     }
 
     /// Every new version must first replay `records` (its whole lifecycle,
@@ -55,12 +61,23 @@ impl Swapper {
         self.settled.lock().expect("not poisoned").clone()
     }
 
-    /// The worker settled on `processor` (rolled out, or rolled back to).
-    pub fn settled(&self, processor: &Processor) {
+    /// Where the worker's rollout stands: the version it settled on (rolled
+    /// out, or rolled back to) and the one on trial, if any.
+    pub fn record_rollout(&self, settled: &Processor, trial: Option<&Processor>) {
         let known = self.known.lock().expect("not poisoned");
-        if let Some((p, source)) = known.iter().find(|(p, _)| p.hash() == processor.hash()) {
+        if let Some((p, source)) = known.iter().find(|(p, _)| p.hash() == settled.hash()) {
             *self.settled.lock().expect("not poisoned") = version(p, source);
         }
+        *self.trial.lock().expect("not poisoned") = trial.map(|p| p.hash().to_owned());
+    }
+
+    /// Runs `processor`, loaded from `source`, from the start instead of the
+    /// one given to [`Self::new`]: the version the fleet was told to run
+    /// (`kcl-host deploy`), found before the worker started any shard.
+    pub fn adopt(&self, processor: Processor, source: String) {
+        *self.settled.lock().expect("not poisoned") = version(&processor, &source);
+        self.remember(processor.clone(), source);
+        self.offers.send_replace(processor);
     }
 
     /// The worker's end: the current version, and each one offered.
@@ -101,9 +118,18 @@ impl Swapper {
         // What the shards settled on: after a rollback, not the version offered last.
         let settled = self.current().hash;
         let current = self.known(&settled).unwrap_or_else(|| self.offers.borrow().clone());
+        let trial = self.trial.lock().expect("not poisoned").clone();
         let result = match loaded {
             Err(e) => Err(format!("not swapping, the shards keep running {}: {e}", current.describe())),
-            Ok(candidate) if candidate.hash() == current.hash() => Ok(format!("{} is the processor already running", current.describe())),
+            Ok(candidate) if trial.as_deref() == Some(candidate.hash()) => Ok(format!("{} is being rolled out already", candidate.describe())),
+            Ok(candidate) if candidate.hash() == current.hash() && trial.is_none() => {
+                Ok(format!("{} is the processor already running", current.describe()))
+            }
+            // The latest offer wins: the settled version again calls the trial off (it was checked before).
+            Ok(candidate) if candidate.hash() == current.hash() => {
+                self.offers.send_replace(candidate);
+                Ok(format!("back to {}: the version on trial is called off", current.describe()))
+            }
             Ok(candidate) => match self.check(&candidate).await {
                 Err(e) => Err(format!("not swapping to {}, {e}", candidate.describe())),
                 Ok(()) => {

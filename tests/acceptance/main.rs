@@ -12,6 +12,9 @@ use kcl_host::lease::{Checkpoint, Lease};
 use kcl_testkit::process::{Delivered, KclHost};
 use kcl_testkit::{clients, leases, test_cache_dir, unique, write_leases, TestStream};
 
+mod faults;
+mod rollout;
+
 /// A guest's path, as an argument.
 fn guest(name: &str) -> String {
     kcl_testkit::guest(name).display().to_string()
@@ -60,6 +63,17 @@ fn by_shard(delivered: &[Delivered]) -> BTreeMap<String, Vec<String>> {
             (shard, records.into_iter().map(|r| r.data.clone()).collect())
         })
         .collect()
+}
+
+/// Puts one record `<prefix>-<shard>` on each of `shards`; returns their data.
+async fn one_each(stream: &TestStream, shards: &[String], prefix: &str) -> Vec<String> {
+    let mut all = Vec::new();
+    for shard in shards {
+        let data = format!("{prefix}-{shard}");
+        stream.put(shard, std::slice::from_ref(&data)).await;
+        all.push(data);
+    }
+    all
 }
 
 fn count_lines(log: &[String], needle: &str) -> usize {
@@ -696,7 +710,7 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     let control = kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), &application);
     control.ensure().await.unwrap();
     let running = kcl_host::lease::control::Version { hash: "abc".into(), source: "/p.wasm".into(), component: Some("orders@1.3.0".into()) };
-    control.beat("kcl-1", &running).await.unwrap();
+    control.beat("kcl-1", &running, "test pid 1", true).await.unwrap();
     let wanted = kcl_host::lease::control::Version { hash: "def".into(), source: "/q.wasm".into(), component: None };
     control.deploy(&wanted, Some(&running)).await.unwrap();
     let long_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() - 60_000;

@@ -65,7 +65,7 @@ struct Candidate {
 }
 
 /// This worker's processor versions.
-pub struct Deployment {
+pub struct Rollout {
     current: Processor,
     candidate: Option<Candidate>,
     blocked: HashSet<String>,
@@ -86,7 +86,7 @@ pub struct Shard<'a> {
     pub delivered: u64,
 }
 
-impl Deployment {
+impl Rollout {
     pub fn new(processor: Processor, settings: SwapSettings, metrics: Arc<Metrics>) -> Self {
         let history = vec![processor.describe().to_owned()];
         Self { current: processor, candidate: None, blocked: HashSet::new(), settings, metrics, history }
@@ -109,28 +109,39 @@ impl Deployment {
         &self.current
     }
 
-    /// A new version was offered: it goes to one canary shard first.
+    /// The version on trial, while one is (on its canary or on probation).
+    pub fn candidate(&self) -> Option<&Processor> {
+        self.candidate.as_ref().map(|trial| &trial.processor)
+    }
+
+    /// A new version was offered: the latest offer wins. It goes to one
+    /// canary shard first — the shard already on a canary when one was
+    /// running, so no shard goes back to an older version on its way. A
+    /// version already everywhere (on probation) is settled: the new one
+    /// builds on it and a rollback returns to it. The settled version
+    /// offered again calls a canary off.
     pub fn offer(&mut self, processor: Processor, shards: Shards<'_>) {
         let (hash, described) = (processor.hash().to_owned(), processor.describe().to_owned());
         if self.blocked.contains(&hash) {
             return tracing::error!(processor = %described, "not swapping: this version was rolled back earlier");
         }
-        if self.candidate.is_none() && hash == self.current.hash() {
-            return tracing::info!(processor = %described, "every shard runs this version already");
+        if self.candidate.as_ref().is_some_and(|trial| trial.processor.hash() == hash) {
+            return tracing::info!(processor = %described, "this version is being rolled out already");
         }
-        let previous = match self.candidate.take() {
-            // A newer version replaces one still on trial: back to the settled one first.
-            Some(trial) => {
-                send_all(&trial.previous, &shards);
-                if self.current.hash() != trial.previous.hash() {
-                    self.settle(trial.previous.clone());
-                }
-                trial.previous
+        // A candidate everywhere already is the settled version (`promote` settled it).
+        let canary = self.candidate.take().and_then(|trial| trial.canary);
+        if hash == self.current.hash() {
+            if canary.is_some() {
+                tracing::info!(processor = %described, "the latest offer wins: the canary goes back to this version");
+                send_all(&self.current, &shards);
+            } else {
+                tracing::info!(processor = %described, "every shard runs this version already");
             }
-            None => self.current.clone(),
-        };
-        let busiest = shards.iter().max_by_key(|(key, shard)| (shard.delivered, std::cmp::Reverse(*key))).map(|(key, _)| key.to_string());
-        let canary = busiest.filter(|_| self.settings.canary_batches > 0);
+            return;
+        }
+        let previous = self.current.clone();
+        let busiest = || shards.iter().max_by_key(|(key, shard)| (shard.delivered, std::cmp::Reverse(*key))).map(|(key, _)| key.to_string());
+        let canary = canary.filter(|key| shards.contains_key(key.as_str())).or_else(busiest).filter(|_| self.settings.canary_batches > 0);
         match &canary {
             Some(shard) => {
                 tracing::info!(processor = %described, shard, "canary: this shard runs the new version first");
@@ -145,6 +156,15 @@ impl Deployment {
         let everywhere_since = canary.is_none().then(Instant::now);
         let offered = Instant::now();
         self.candidate = Some(Candidate { processor, previous, canary, offered, ok_batches: 0, failures: 0, everywhere_since });
+    }
+
+    /// `shard` was processed to its end. When it was the canary, the rest
+    /// swap at once (its children must not start on the old version, and an
+    /// ended canary gets no more batches to judge by); probation goes on.
+    pub fn shard_ended(&mut self, shard: &str, shards: Shards<'_>) {
+        if self.candidate.as_ref().is_some_and(|trial| trial.canary.as_deref() == Some(shard)) {
+            self.promote(shards, format!("the canary {shard} was processed to its end"));
+        }
     }
 
     /// When the canary will have run [`CANARY_IDLE`], if one is on trial.

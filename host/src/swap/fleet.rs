@@ -1,0 +1,173 @@
+//! The fleet's deploy protocol: `kcl-host deploy` writes the wanted version
+//! (stored in the component table) and the one before it to the control
+//! table's `deploy` row; every worker reads that row before it starts any
+//! shard, and follows it at each heartbeat read.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use super::Swapper;
+use crate::aws::AwsError;
+use crate::lease::components::ComponentStore;
+use crate::lease::control::{ControlTable, Deployed, Heartbeat, Version};
+use crate::lease::LeaseError;
+use crate::runtime::{Processor, Runtime, RuntimeConfig};
+
+/// The `deploy` row versions a worker acted on (so a bad one is tried once).
+pub type Tried = Arc<Mutex<HashSet<String>>>;
+
+/// Swaps to the version the `deploy` row names, when it is not running (and
+/// was not tried already).
+pub async fn follow(deployed: &Deployed, swapper: &Swapper, components: &ComponentStore, tried: &Tried) {
+    let wanted = &deployed.wanted;
+    if swapper.current().hash == wanted.hash || !tried.lock().expect("not poisoned").insert(wanted.hash.clone()) {
+        return;
+    }
+    let trigger = format!("deploy {}", wanted.hash);
+    let Some(loaded) = load_deployed(wanted, swapper, components, tried).await else { return };
+    let _ = swapper.offer(loaded, wanted.source.clone(), &trigger).await;
+}
+
+/// At start, before any shard: the version the `deploy` row names, when
+/// there is one, instead of the command line's (which is the fallback).
+pub async fn start_with_deployed(deployed: &Deployed, swapper: &Swapper, components: &ComponentStore, tried: &Tried) {
+    let (wanted, given) = (&deployed.wanted, swapper.current());
+    if given.hash == wanted.hash {
+        return tracing::info!("running {}: the command line's file is the deployed version", given.describe());
+    }
+    tried.lock().expect("not poisoned").insert(wanted.hash.clone());
+    match load_deployed(wanted, swapper, components, tried).await {
+        Some(Ok(processor)) => {
+            tracing::info!(
+                "running {} as deployed with `kcl-host deploy` (the control table's deploy row), not {} from the command line",
+                processor.describe(),
+                given.describe()
+            );
+            swapper.adopt(processor, wanted.source.clone());
+        }
+        Some(Err(e)) => tracing::error!("cannot run the deployed {}: {e}; running {} from the command line", wanted.describe(), given.describe()),
+        None => tracing::warn!("running {} from the command line until the deployed {} can be loaded", given.describe(), wanted.describe()),
+    }
+}
+
+/// Loads `wanted`: one that ran here before is still compiled; a new one
+/// comes from the component table (or the path the row names). `None` when
+/// the table could not be read (tried again at the next poll).
+async fn load_deployed(wanted: &Version, swapper: &Swapper, components: &ComponentStore, tried: &Tried) -> Option<Result<Processor, String>> {
+    let loaded = match (swapper.known(&wanted.hash), components.hash_in(&wanted.source)) {
+        (Some(known), _) => Ok(known),
+        (None, Some(hash)) => match components.get(hash).await {
+            Ok(Some(bytes)) => swapper.load_bytes(&wanted.source, &bytes).await,
+            Ok(None) => Err(format!("`{}` is not in the component table: deploy it again", wanted.source)),
+            Err(e) => {
+                tried.lock().expect("not poisoned").remove(&wanted.hash);
+                tracing::warn!("deploy {}: could not read `{}`, trying again at the next poll: {e}", wanted.hash, wanted.source);
+                return None;
+            }
+        },
+        (None, None) => swapper.load(std::path::Path::new(&wanted.source)).await,
+    };
+    Some(loaded.and_then(|candidate| match candidate.hash() == wanted.hash {
+        true => Ok(candidate),
+        false => Err(format!("`{}` holds {}, not the deployed {}; deploy again", wanted.source, candidate.hash(), wanted.hash)),
+    }))
+}
+
+/// `kcl-host deploy`: makes `processor` (or, with `None`, the version
+/// before the deployed one) the version every worker of `application` runs.
+/// Nothing is written — no table created — unless the file is a component
+/// that initializes and the application exists. Returns what to print.
+pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, processor: Option<&Path>) -> Result<String, String> {
+    // The file first: a refused deploy touches nothing.
+    let checked = match processor {
+        Some(path) => Some(checked_component(path).await?),
+        None => None,
+    };
+    let control = ControlTable::new(dynamodb.clone(), application);
+    let read = match control.read().await {
+        Ok(read) => read,
+        Err(LeaseError::Aws(AwsError::TableMissing(table))) => {
+            return Err(format!(
+                "no kcl-host application `{application}`: its control table `{table}` does not exist \
+                 (`kcl-host run` creates it beside the lease table); check --application"
+            ));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let components = ComponentStore::new(dynamodb.clone(), application);
+    let deployed = read.deployed;
+    let (wanted, previous) = match checked {
+        Some((processor, bytes)) => {
+            // Stored in DynamoDB, so a worker on any machine can load it.
+            components.ensure().await.map_err(|e| e.to_string())?;
+            components.put(processor.hash(), &bytes).await.map_err(|e| e.to_string())?;
+            let wanted = stored(&components, &processor);
+            let previous = match deployed.clone() {
+                Some(deployed) => Some(deployed.wanted),
+                None => running_version(&components, &read.heartbeats).await?,
+            };
+            (wanted, previous)
+        }
+        None => match deployed.clone() {
+            Some(Deployed { wanted, previous: Some(previous) }) if components.hash_in(&previous.source).is_some() => (previous, Some(wanted)),
+            Some(Deployed { previous: Some(previous), .. }) => {
+                return Err(format!(
+                    "cannot roll back to {}: it was loaded from `{}`, a path only its worker's machine may have, \
+                     not the component table; deploy that file instead",
+                    previous.describe(),
+                    previous.source
+                ));
+            }
+            _ => return Err(format!("nothing to roll back to: `{application}` has no earlier deploy")),
+        },
+    };
+    control.deploy(&wanted, previous.as_ref()).await.map_err(|e| e.to_string())?;
+    // Keep what the row names (the wanted version and the one before); the
+    // version that was `previous` until now can go.
+    let dropped = deployed.and_then(|d| d.previous).filter(|old| old.hash != wanted.hash && previous.as_ref().is_none_or(|p| p.hash != old.hash));
+    if let Some(hash) = dropped.as_ref().and_then(|old| components.hash_in(&old.source)) {
+        components.remove(hash).await.map_err(|e| e.to_string())?;
+    }
+    Ok(format!(
+        "deployed {} from {} to `{application}`; every worker swaps to it at its next heartbeat read{}",
+        wanted.describe(),
+        wanted.source,
+        previous.map_or(" (no version to roll back to: the workers did not all run one from a file this machine has)".into(), |p| format!(
+            " (before: {})",
+            p.describe()
+        ))
+    ))
+}
+
+/// Loads the component at `path` and runs a test `initialize`.
+async fn checked_component(path: &Path) -> Result<(Processor, Vec<u8>), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    let runtime = Runtime::new(RuntimeConfig { max_instances: 2, ..RuntimeConfig::default() }).map_err(|e| format!("cannot start wasmtime: {e}"))?;
+    let processor = Processor::from_bytes(&runtime, path, &bytes).await.map_err(|e| e.to_string())?;
+    processor.check_initialize().await.map_err(|e| format!("not deploying: its initialize failed in a test instance: {e}"))?;
+    Ok((processor, bytes))
+}
+
+/// How the `deploy` row names `processor` once it is in the component table.
+fn stored(components: &ComponentStore, processor: &Processor) -> Version {
+    Version { hash: processor.hash().to_owned(), source: components.source(processor.hash()), component: processor.component().map(str::to_owned) }
+}
+
+/// Before the first deploy: the version every worker runs (if they agree),
+/// stored in the component table when its file is readable here and holds
+/// that version — so `--rollback` can bring every worker back to it.
+/// `None` when there is no such version.
+async fn running_version(components: &ComponentStore, heartbeats: &[Heartbeat]) -> Result<Option<Version>, String> {
+    let running: BTreeSet<&Version> = heartbeats.iter().filter_map(|h| h.running.as_ref()).collect();
+    let [running] = running.into_iter().collect::<Vec<_>>()[..] else { return Ok(None) };
+    if components.hash_in(&running.source).is_some() {
+        return Ok(Some(running.clone()));
+    }
+    let Ok((processor, bytes)) = checked_component(Path::new(&running.source)).await else { return Ok(None) };
+    if processor.hash() != running.hash {
+        return Ok(None);
+    }
+    components.put(processor.hash(), &bytes).await.map_err(|e| e.to_string())?;
+    Ok(Some(stored(components, &processor)))
+}

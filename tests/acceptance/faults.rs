@@ -1,0 +1,262 @@
+//! Leases and reads under faults, through the test kit's fault proxy in
+//! front of the DynamoDB or the Kinesis endpoint: a slow lease row, a
+//! DynamoDB outage, Kinesis failing, and stops that do not wait forever.
+//! Every record is accounted for from the logs and the lease table.
+
+use kcl_testkit::faults::{Fault, FaultProxy, Rule};
+
+use super::*;
+
+const SIGINT: i32 = 2;
+
+/// `kcl-host run` of `guest_name` with its `service` endpoint (`KINESIS`
+/// or `DYNAMODB`) through `proxy`.
+fn start_through(proxy: &FaultProxy, service: &str, guest_name: &str, stream: &str, application: &str, worker: &str, extra: &[&str]) -> KclHost {
+    let (processor, cache) = (guest(guest_name), test_cache_dir().display().to_string());
+    let mut args = vec![
+        "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
+        "--idle-time-between-reads", "200ms", "--cache-dir", &cache,
+    ];
+    args.extend_from_slice(extra);
+    let variable = format!("AWS_ENDPOINT_URL_{service}");
+    KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, &[(variable.as_str(), proxy.endpoint.as_str())])
+}
+
+/// Waits until the proxy has applied `n` faults.
+async fn faults_applied(proxy: &FaultProxy, n: u64) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while proxy.counts().faulted < n {
+        assert!(tokio::time::Instant::now() < deadline, "the proxy applied {} faults, not {n}", proxy.counts().faulted);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn upstream(service: &str) -> String {
+    std::env::var(format!("AWS_ENDPOINT_URL_{service}")).expect("the local servers' endpoints")
+}
+
+/// Each record's data, with how many times it was delivered.
+fn times_delivered(log: &[String]) -> BTreeMap<String, usize> {
+    let mut times = BTreeMap::new();
+    for d in delivered(log) {
+        *times.entry(d.data).or_default() += 1;
+    }
+    times
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_slow_lease_row_moves_no_lease_and_delays_no_heartbeat() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("slow-row"), 4).await;
+    let application = unique("slow-row-app");
+    let proxy = FaultProxy::start(&upstream("DYNAMODB")).await;
+    // The default failover time (10 s) and per-attempt time-out (5 s), as in the field.
+    let mut first = start_through(&proxy, "DYNAMODB", "counter", &stream.name, &application, "worker-1", &[]);
+    first.wait_for("every shard", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 4).await;
+    let mut second = start_through(&proxy, "DYNAMODB", "counter", &stream.name, &application, "worker-2", &[]);
+    second.wait_for("its share", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    first.wait_for("the share given away", LIMIT, |log| count_lines(log, "gave the lease back") >= 2).await;
+    let owners = |leases: Vec<Lease>| leases.into_iter().map(|l| (l.key, l.owner)).collect::<BTreeMap<_, _>>();
+    let before = owners(leases(&aws.dynamodb, &application).await);
+    let slow = before.iter().find(|(_, owner)| owner.as_deref() == Some("worker-1")).map(|(key, _)| key.clone()).unwrap();
+
+    // Every write of one of worker-1's rows is answered 6 s late: longer
+    // than an attempt may take, shorter than the failover time.
+    proxy.set(vec![Rule {
+        operation: Some("UpdateItem"),
+        body_contains: Some(format!(r#""S":"{slow}""#)),
+        fault: Fault::Delay(Duration::from_secs(6)),
+        times: None,
+    }]);
+    // Five slow writes: over 25 s, two and a half failover times.
+    faults_applied(&proxy, 5).await;
+    let after = owners(leases(&aws.dynamodb, &application).await);
+    proxy.clear();
+    let (_, log_a) = first.interrupt().await;
+    let (_, log_b) = second.interrupt().await;
+    for log in [&log_a, &log_b] {
+        let judged_dead = log.iter().filter(|l| l.contains("the fleet changed") && l.contains("dead={\"worker-")).count();
+        assert_eq!(judged_dead, 0, "no heartbeat was late:\n{}", log.join("\n"));
+        // The slow row's own shard may pause: one renewal is out at a time,
+        // and one answered 6 s late cannot keep a 10 s validity unbroken.
+        let others_lost = log.iter().filter(|l| l.contains("lease lost") && !l.contains(&format!("shard={slow}"))).count();
+        assert_eq!(others_lost, 0, "no other lease stopped:\n{}", log.join("\n"));
+    }
+    assert_eq!(before, after, "no lease moved, {slow} included");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_dynamodb_outage_every_shard_is_processing_again_at_once() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("ddb-outage"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let application = unique("ddb-outage-app");
+    let proxy = FaultProxy::start(&upstream("DYNAMODB")).await;
+    let admin = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let flags = ["--failover-time", "3s", "--admin-listen", &admin];
+    let mut host = start_through(&proxy, "DYNAMODB", "counter", &stream.name, &application, "worker-1", &flags);
+    host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    let mut all = Vec::new();
+    for shard in &shards {
+        all.extend(payloads(&format!("before-{shard}"), 3));
+        stream.put(shard, &payloads(&format!("before-{shard}"), 3)).await;
+    }
+    host.wait_for("the first records", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+
+    // Every DynamoDB request fails until the heartbeat is overdue and the
+    // leases are gone, and a lease pass found it so; /healthz says so.
+    proxy.set(vec![Rule::every(None, Fault::Fail(500, "InternalFailure"))]);
+    host.wait_for("the leases lost", LIMIT, |log| count_lines(log, "lease lost") >= 2).await;
+    host.wait_for("a pass that takes nothing", LIMIT, |log| count_lines(log, "taking no leases: this worker's heartbeat is overdue") >= 1).await;
+    let (status, body) = http_get(&admin, "/healthz").await;
+    assert!(status.contains("503"), "{status}: {body}");
+    for shard in &shards {
+        all.push(format!("during-{shard}"));
+        stream.put(shard, &[format!("during-{shard}")]).await;
+    }
+    proxy.clear();
+    let back = tokio::time::Instant::now();
+    host.wait_for("every shard again", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    let recovered = back.elapsed();
+    eprintln!("DynamoDB outage: every shard processing again {recovered:?} after it ended");
+    // Healthy again only while holding its leases.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let (status, _) = http_get(&admin, "/healthz").await;
+        if status.contains("200") {
+            let (_, metrics) = http_get(&admin, "/metrics").await;
+            assert_eq!(series(&metrics, "kcl_host_leases_held", None), Some(2.0), "healthy with its share: {metrics}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never healthy again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    // The defect: the next lease pass came two failover times (6 s) after
+    // the one that found the heartbeat overdue, not when it was current again.
+    assert!(recovered < Duration::from_secs(3), "idle {recovered:?} after the outage:\n{}", log.join("\n"));
+    let times = times_delivered(&log);
+    for data in &all {
+        assert!(times.contains_key(data), "{data} lost");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinesis_read_failures_are_retried_in_place_and_deliver_nothing_twice() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("read-faults"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let proxy = FaultProxy::start(&upstream("KINESIS")).await;
+    // The counter checkpoints every 100 records: what it processed since is
+    // what a restart from the checkpoint would deliver again.
+    let mut host = start_through(&proxy, "KINESIS", "counter", &stream.name, &unique("read-faults-app"), "worker-1", &[]);
+    host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    let mut all = Vec::new();
+    for shard in &shards {
+        let records = payloads(&format!("before-{shard}"), 20);
+        stream.put(shard, &records).await;
+        all.extend(records);
+    }
+    host.wait_for("the first records", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+
+    // A burst of 5xx, resets and a black-holed call, then records written meanwhile.
+    proxy.set(vec![
+        Rule { operation: Some("GetRecords"), body_contains: None, fault: Fault::Fail(500, "InternalFailure"), times: Some(6) },
+        Rule { operation: Some("GetRecords"), body_contains: None, fault: Fault::Fail(503, "ServiceUnavailable"), times: Some(4) },
+        Rule { operation: Some("GetRecords"), body_contains: None, fault: Fault::Reset, times: Some(4) },
+    ]);
+    for shard in &shards {
+        let records = payloads(&format!("during-{shard}"), 20);
+        stream.put(shard, &records).await;
+        all.extend(records);
+    }
+    faults_applied(&proxy, 14).await;
+    let back = tokio::time::Instant::now();
+    host.wait_for("every record", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    eprintln!("a burst of 14 failed GetRecords calls: every record processed {:?} after the last", back.elapsed());
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "restarting from the last checkpoint"), 0, "no shard restarted:\n{}", log.join("\n"));
+    assert!(count_lines(&log, "trying again in place") >= 1, "{}", log.join("\n"));
+    let times = times_delivered(&log);
+    for data in &all {
+        assert_eq!(times.get(data), Some(&1), "{data}: delivered once\n{}", log.join("\n"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_stops_at_once_during_a_long_call() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("second-signal"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let application = unique("second-signal-app");
+    // A call deadline past every wait here: only the second signal ends the stop.
+    let mut host = start_with("faulty", &stream.name, &application, "worker-1", &["--call-deadline", "300s"]);
+    host.wait_for("the shard", LIMIT, |log| count_lines(log, "processing shard=") >= 1).await;
+    stream.put(&shard, &["before".to_owned(), "spin".to_owned()]).await;
+    host.wait_for("the record before the spin", LIMIT, |log| log.iter().any(|l| l.contains("kcl_host::guest: record ") && l.contains(" before"))).await;
+    host.signal(SIGINT);
+    host.wait_for("what the stop waits for", LIMIT, |log| count_lines(log, "stopping: waiting for 1 processors to shut down") >= 1).await;
+    host.signal(SIGINT);
+    let (status, log) = host.wait_exit(LIMIT).await;
+    assert_eq!(status.code(), Some(130), "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "stopping at once on a second signal"), 1, "{}", log.join("\n"));
+    // Nothing lost: the faulty guest never checkpoints, so the next owner reads the shard again from its start.
+    let table = leases(&aws.dynamodb, &application).await;
+    assert_eq!(lease(&table, &shard).checkpoint, Checkpoint::TrimHorizon, "{table:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_with_a_worker_id_in_use_refuses_to_start() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("same-id"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let application = unique("same-id-app");
+    let mut first = start_with("counter", &stream.name, &application, "worker-1", &[]);
+    first.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    let second = start_with("counter", &stream.name, &application, "worker-1", &[]);
+    let (status, log) = second.wait_exit(LIMIT).await;
+    let text = log.join("\n");
+    assert!(!status.success(), "{text}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(text.contains("worker id `worker-1` is in use by a live process") && text.contains(host.trim()), "names the id and the host: {text}");
+    assert_eq!(count_lines(&log, "kcl_host::guest: initialize "), 0, "it processed nothing: {text}");
+    // The first goes on as if nothing happened: its row and leases are its own.
+    let after = one_each(&stream, &shards, "after").await;
+    first.wait_for("the new records", LIMIT, |log| { let seen = times_delivered(log); after.iter().all(|d| seen.contains_key(d)) }).await;
+    let (status, log) = first.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert!(leases(&aws.dynamodb, &application).await.iter().all(|l| l.owner.is_none()), "the first gave its leases back at its stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_shard_is_read_at_most_three_times_a_second_and_throttling_backs_off() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("pacing"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let proxy = FaultProxy::start(&upstream("KINESIS")).await;
+    // Ten records a call: a backlog of 300 takes 30 calls, as fast as the reader allows.
+    let records = payloads("busy", 300);
+    stream.put(&shard, &records).await;
+    proxy.set(vec![Rule {
+        operation: Some("GetRecords"),
+        body_contains: None,
+        fault: Fault::Fail(400, "ProvisionedThroughputExceededException"),
+        times: Some(2),
+    }]);
+    let mut host = start_through(&proxy, "KINESIS", "counter", &stream.name, &unique("pacing-app"), "worker-1", &["--max-records", "10"]);
+    host.wait_for("the backlog", LIMIT, |log| { let seen = times_delivered(log); records.iter().all(|d| seen.contains_key(d)) }).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let calls: Vec<_> = proxy.counts().requests.into_iter().filter(|r| r.operation == "GetRecords").collect();
+    assert!(calls.len() >= 30, "{} calls", calls.len());
+    for (i, call) in calls.iter().enumerate() {
+        let in_a_second = calls[i..].iter().take_while(|c| c.at.duration_since(call.at) < Duration::from_secs(1)).count();
+        assert!(in_a_second <= 3, "{in_a_second} GetRecords calls within a second of call {i}: room is left for a second reader");
+    }
+    for pair in calls.windows(2).filter(|pair| pair[0].faulted) {
+        let gap = pair[1].at.duration_since(pair[0].at);
+        assert!(gap >= Duration::from_secs(1), "a throttled call is followed by another after {gap:?}, not 1 s or more");
+    }
+}
