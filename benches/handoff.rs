@@ -211,7 +211,93 @@ async fn fleet_swap() {
     println!("fleet swap, 2 workers x 4 shards: kcl-host deploy (its own checks included) -> every shard on the new processor {took:.2} s");
 }
 
-/// `cargo bench --bench handoff [-- handoffs|requests|swap|deploy]`: every part, or some.
+/// Lines of `log` that hold a processed record.
+fn records_in(log: &[String]) -> usize {
+    log.iter().filter(|l| l.contains("kcl_host::guest: record")).count()
+}
+
+/// A restart of a worker (the counter on its command line) on 8 shards, each
+/// with one new record: seconds from the spawn to its first record and to
+/// all 8, without a deploy and after `kcl-host deploy` of the tagged guest
+/// (read from the `deploy` row before any shard starts).
+async fn deployed_start() {
+    const SHARDS: usize = 8;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-deployed-start"), SHARDS as i32).await;
+    let application = unique("bench-deployed-start-app");
+    let one_each = |round: &'static str| {
+        let stream = &stream;
+        async move {
+            for shard in stream.shards().await {
+                stream.put(&shard.id, &[format!("{round}-{}", shard.id)]).await;
+            }
+        }
+    };
+    // The first start creates the tables; the restarts are what is timed.
+    one_each("first").await;
+    let mut host = start(&stream.name, &application, "w1", "10s");
+    host.wait_for("every record", LIMIT, |log| records_in(log) >= SHARDS).await;
+    host.interrupt().await;
+    let mut timed = |round: &'static str| {
+        let (stream, application) = (&stream, &application);
+        async move {
+            one_each(round).await;
+            let spawned = Instant::now();
+            let mut host = start(&stream.name, application, "w1", "10s");
+            host.wait_for("a record", LIMIT, |log| records_in(log) >= 1).await;
+            let first = spawned.elapsed().as_secs_f64();
+            host.wait_for("every record", LIMIT, |log| records_in(log) >= SHARDS).await;
+            let all = spawned.elapsed().as_secs_f64();
+            let (_, log) = host.interrupt().await;
+            (first, all, log)
+        }
+    };
+    let (first, all, _) = timed("plain").await;
+    println!("restart on 8 shards, nothing deployed: start -> first record {first:.2} s, -> all 8 {all:.2} s");
+    let tagged = kcl_testkit::guest("tagged").display().to_string();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_kcl-host")).args(["deploy", &tagged, "--application", &application]).status().unwrap();
+    assert!(status.success());
+    let (first, all, log) = timed("deployed").await;
+    assert!(log.iter().filter(|l| l.contains("kcl_host::guest: record")).all(|l| l.contains("record-v2")), "every record by the deployed version");
+    println!("restart on 8 shards after a deploy (deploy row read first): start -> first record {first:.2} s, -> all 8 {all:.2} s");
+}
+
+/// A rollout whose canary is split: one worker, 2 shards, the default canary
+/// (3 batches, which an idle stream never gives it); SIGHUP, then a split of
+/// the canary shard → every shard and both children on the new version.
+async fn canary_split() {
+    const SIGHUP: i32 = 1;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-canary-split"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let dir = std::env::temp_dir().join(unique("bench-canary-split"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("processor.wasm");
+    std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
+    let cache = std::env::temp_dir().join("kcl-host-bench-cache").display().to_string();
+    let (processor, application) = (path.display().to_string(), unique("bench-canary-split-app"));
+    let mut host = KclHost::spawn(
+        env!("CARGO_BIN_EXE_kcl-host").as_ref(),
+        &["run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms", "--cache-dir", &cache],
+    );
+    // The busiest shard is the canary.
+    stream.put(&shards[0], &["a".into(), "b".into(), "c".into()]).await;
+    host.wait_for("the first records", LIMIT, |log| records_in(log) >= 3).await;
+    std::fs::copy(kcl_testkit::guest("tagged"), &path).unwrap();
+    host.signal(SIGHUP);
+    host.wait_for("the canary", LIMIT, |log| log.iter().any(|l| l.contains("swapped the processor"))).await;
+    let split = Instant::now();
+    stream.split(&shards[0]).await;
+    let swapped = |log: &[String]| log.iter().filter(|l| l.contains("swapped the processor")).count() >= 2;
+    let children_on_v2 = |log: &[String]| log.iter().filter(|l| l.contains("kcl_host::guest: initialize-v2 ")).count() >= 3;
+    host.wait_for("every shard and both children on v2", LIMIT, |log| swapped(log) && children_on_v2(log)).await;
+    let took = split.elapsed().as_secs_f64();
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    println!("rollout with its canary split (2 shards): split -> every shard and both children on the new version {took:.2} s");
+}
+
+/// `cargo bench --bench handoff [-- handoffs|requests|swap|deploy|deployed-start|canary-split]`: every part, or some.
 #[tokio::main]
 async fn main() {
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -230,5 +316,11 @@ async fn main() {
     }
     if wanted("deploy") {
         fleet_swap().await;
+    }
+    if wanted("deployed-start") {
+        deployed_start().await;
+    }
+    if wanted("canary-split") {
+        canary_split().await;
     }
 }

@@ -170,7 +170,7 @@ fn swap_body(body: &[u8], declared_wasm: bool) -> Result<SwapBody<'_>, String> {
 
 fn respond<B>(request: &Request<B>, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
     match (request.method(), request.uri().path()) {
-        (&Method::GET, "/metrics") => reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.encode()),
+        (&Method::GET, "/metrics") => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", metrics.encode()),
         (&Method::GET, "/healthz") => match health.check() {
             Ok(()) => reply(StatusCode::OK, "text/plain", "ok\n".into()),
             Err(reason) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{reason}\n")),

@@ -107,6 +107,11 @@ pub enum AwsError {
     StreamNotFound(String),
     #[error("DynamoDB table `{0}` does not exist")]
     TableMissing(String),
+    #[error(
+        "no AWS credentials were found for {operation}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE \
+         (with ~/.aws/credentials or SSO), or run where an IAM role is given (EC2, ECS, EKS)"
+    )]
+    NoCredentials { operation: &'static str },
     #[error("access denied for {operation}: {message}; check the credentials and their IAM policy")]
     AccessDenied { operation: &'static str, message: String },
     #[error("cannot reach the {} endpoint for {operation}: {message}; check the endpoint settings and the network", service.names().0)]
@@ -125,7 +130,11 @@ impl AwsError {
         match self {
             AwsError::Unreachable { .. } | AwsError::Throttled { .. } => true,
             AwsError::Service { code, .. } => !(code.starts_with("KMS") || matches!(code.as_str(), "InvalidArgumentException" | "ValidationException")),
-            AwsError::NoRegion | AwsError::StreamNotFound(_) | AwsError::TableMissing(_) | AwsError::AccessDenied { .. } => false,
+            AwsError::NoRegion
+            | AwsError::NoCredentials { .. }
+            | AwsError::StreamNotFound(_)
+            | AwsError::TableMissing(_)
+            | AwsError::AccessDenied { .. } => false,
         }
     }
 
@@ -139,6 +148,7 @@ impl AwsError {
         let code = error.code().unwrap_or_default().to_owned();
         let message = error.message().map(str::to_owned).unwrap_or_else(|| chain(&error));
         match (&error, code.as_str()) {
+            (SdkError::DispatchFailure(_), _) if chain(&error).contains("no credentials found in chain") => AwsError::NoCredentials { operation },
             (SdkError::DispatchFailure(_) | SdkError::TimeoutError(_), _) => {
                 AwsError::Unreachable { service, operation, message: chain(&error) }
             }

@@ -35,10 +35,12 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         kcl-host run processor.wasm --stream orders --application orders-totals --region us-east-2\n  \
         kcl-host run processor.wasm --config kcl-host.toml\n\n\
-        Every flag can also be set with a KCL_HOST_* variable (see each flag) or in the --config file.\n\
+        Every flag can also be set with a KCL_HOST_* variable (see each flag), and every one but\n\
+        --config, --watch and --swap-canary-input in the --config file.\n\
         Credentials and endpoints come from the standard AWS chain: AWS_REGION, AWS_PROFILE,\n\
         AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB, ~/.aws/config.\n\
-        SIGINT or SIGTERM stops gracefully: shutdown(requested) on every shard, leases released.")]
+        SIGINT or SIGTERM stops gracefully: shutdown(requested) on every shard, leases released;\n\
+        a second one stops at once (the next owners read again what followed each checkpoint).")]
     Run(Box<RunArgs>),
     /// Run a processor on records from a file: initialize, every batch,
     /// shutdown(shard-end). No AWS needed.
@@ -60,8 +62,11 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         kcl-host deploy /shared/processors/v2.wasm --application orders-totals\n  \
         kcl-host deploy --rollback --application orders-totals\n\n\
-        The path must be readable by every worker (a shared volume); each worker checks the\n\
-        component, then rolls it out like a local swap (a canary shard, then the rest).")]
+        The component is checked here, stored in DynamoDB (<application>-KclHostComponents)\n\
+        and named in the control table's deploy row; every worker loads it from there at its\n\
+        next heartbeat read (and at start), checks it, and rolls it out like a local swap (a\n\
+        canary shard, then the rest). Nothing is written for an application that does not\n\
+        exist or a file that is not a working component.")]
     Deploy(DeployArgs),
     /// Make a processor project that builds and replays as created.
     #[command(after_help = "Examples:\n  \
@@ -118,7 +123,7 @@ pub struct StatusArgs {
     #[arg(long, env = "KCL_HOST_STREAM")]
     pub stream: Option<String>,
     /// A heartbeat older than this counts as stopped (the workers' --failover-time) [default: 10s].
-    #[arg(long, env = "KCL_HOST_FAILOVER_TIME")]
+    #[arg(long, env = "KCL_HOST_FAILOVER_TIME", allow_hyphen_values = true)]
     pub failover_time: Option<String>,
     #[command(flatten)]
     pub aws: AccountArgs,
@@ -150,7 +155,7 @@ pub struct RunArgs {
     /// TOML file with any of the settings below (flags and variables win).
     #[arg(long, env = "KCL_HOST_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Kinesis stream to consume.
+    /// Kinesis stream to consume: its name or its ARN.
     #[arg(long, env = "KCL_HOST_STREAM")]
     pub stream: Option<String>,
     /// Application name; also the DynamoDB lease table's name.
@@ -184,13 +189,13 @@ pub struct RunArgs {
     #[arg(long, env = "KCL_HOST_MAX_LEASES_TO_STEAL")]
     pub max_leases_to_steal: Option<usize>,
     /// Time without renewal after which a lease may be taken (failoverTimeMillis) [default: 10s].
-    #[arg(long, env = "KCL_HOST_FAILOVER_TIME")]
+    #[arg(long, env = "KCL_HOST_FAILOVER_TIME", allow_hyphen_values = true)]
     pub failover_time: Option<String>,
     /// Time between shard syncs (shardSyncIntervalMillis) [default: 60s].
-    #[arg(long, env = "KCL_HOST_SHARD_SYNC_INTERVAL")]
+    #[arg(long, env = "KCL_HOST_SHARD_SYNC_INTERVAL", allow_hyphen_values = true)]
     pub shard_sync_interval: Option<String>,
     /// Wait between reads of a caught-up shard (idleTimeBetweenReadsInMillis) [default: 1s].
-    #[arg(long, env = "KCL_HOST_IDLE_TIME_BETWEEN_READS")]
+    #[arg(long, env = "KCL_HOST_IDLE_TIME_BETWEEN_READS", allow_hyphen_values = true)]
     pub idle_time_between_reads: Option<String>,
     /// Records per GetRecords call, 1 to 10000 (maxRecords) [default: 10000].
     #[arg(long, env = "KCL_HOST_MAX_RECORDS")]
@@ -206,10 +211,10 @@ pub struct RunArgs {
     #[arg(long, env = "KCL_HOST_MAX_INSTANCES")]
     pub max_instances: Option<u32>,
     /// Swap the processor whenever its file changes (SIGHUP always reloads it).
-    #[arg(long)]
+    #[arg(long, env = "KCL_HOST_WATCH")]
     pub watch: bool,
     /// Records (as for `replay`) a new processor must process without error before any shard swaps to it.
-    #[arg(long)]
+    #[arg(long, env = "KCL_HOST_SWAP_CANARY_INPUT")]
     pub swap_canary_input: Option<PathBuf>,
     /// On a swap, batches one canary shard must process without error before the rest swap; 0 swaps all at once [default: 3].
     #[arg(long, env = "KCL_HOST_SWAP_CANARY_BATCHES")]
@@ -263,8 +268,8 @@ pub struct ReplayArgs {
     #[arg(long, short)]
     pub input: PathBuf,
     /// Records per process-records call.
-    #[arg(long, default_value_t = 500)]
-    pub batch_size: usize,
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: u32,
     /// Stream name the processor is told.
     #[arg(long, default_value = "replay")]
     pub stream: String,
@@ -282,7 +287,7 @@ pub struct RuntimeArgs {
     #[arg(long, env = "KCL_HOST_MEMORY_LIMIT_MIB")]
     pub memory_limit_mib: Option<usize>,
     /// Longest one processor call may run, like 30s or 500ms [default: 30s].
-    #[arg(long, env = "KCL_HOST_CALL_DEADLINE")]
+    #[arg(long, env = "KCL_HOST_CALL_DEADLINE", allow_hyphen_values = true)]
     pub call_deadline: Option<String>,
     /// Where compiled components are cached [default: ~/.cache/kcl-host].
     #[arg(long, env = "KCL_HOST_CACHE_DIR")]

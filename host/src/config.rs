@@ -164,14 +164,52 @@ pub struct WorkerConfig {
     pub runtime: RuntimeConfig,
 }
 
+/// The stream's name, given its name or (as Java KCL accepts) its ARN,
+/// `arn:<partition>:kinesis:<region>:<account>:stream/<name>`.
+fn stream_name(given: &str) -> Result<String, ConfigError> {
+    if !given.starts_with("arn:") {
+        return Ok(given.to_owned());
+    }
+    let invalid = |reason: &str| ConfigError::Invalid { setting: "stream", value: given.to_owned(), reason: reason.to_owned() };
+    let parts: Vec<&str> = given.splitn(6, ':').collect();
+    match parts[..] {
+        [_, _, "kinesis", _, _, resource] => match resource.strip_prefix("stream/") {
+            Some(name) if !name.is_empty() && !name.contains('/') => Ok(name.to_owned()),
+            _ => Err(invalid("a stream ARN ends in `stream/<name>`")),
+        },
+        _ => Err(invalid("give a stream name or a Kinesis stream ARN, `arn:aws:kinesis:<region>:<account>:stream/<name>`")),
+    }
+}
+
+/// The longest application name whose tables all fit DynamoDB's 255
+/// characters: `<application>-KclHostComponents` is the longest.
+const MAX_APPLICATION: usize = 255 - "-KclHostComponents".len();
+
+/// An application name DynamoDB takes for the lease table and the tables named after it.
+fn check_application(name: &str) -> Result<(), ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid { setting: "application", value: name.to_owned(), reason };
+    if name.len() < 3 || name.len() > MAX_APPLICATION {
+        return Err(invalid(format!(
+            "use 3 to {MAX_APPLICATION} characters (it names the lease table, and `<application>-KclHostControl` and \
+             `<application>-KclHostComponents`, which DynamoDB allows up to 255)"
+        )));
+    }
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))) {
+        return Err(invalid(format!("`{bad}` cannot be in a DynamoDB table name: use letters, digits, `_`, `-` and `.`")));
+    }
+    Ok(())
+}
+
 impl WorkerConfig {
     /// Resolves a merged layer into a checked config.
     pub fn resolve(layer: Layer) -> Result<Self, ConfigError> {
         let runtime = layer.runtime()?;
         let stream = layer.stream.ok_or(ConfigError::Missing { setting: "stream", flag: "stream", env: "STREAM" })?;
+        let stream = stream_name(&stream)?;
         let application = layer
             .application
             .ok_or(ConfigError::Missing { setting: "application", flag: "application", env: "APPLICATION" })?;
+        check_application(&application)?;
         let initial_position = initial_position(layer.initial_position.as_deref(), layer.initial_timestamp.as_deref())?;
         let defaults = TakeSettings::default();
         let take = TakeSettings {
@@ -316,8 +354,18 @@ pub fn duration(setting: &'static str, value: Option<&str>, default: Duration) -
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_stream_is_given_by_name_or_by_arn() {
+        assert_eq!(stream_name("orders").unwrap(), "orders");
+        assert_eq!(stream_name("arn:aws:kinesis:us-east-2:123456789012:stream/orders").unwrap(), "orders");
+        for bad in ["arn:aws:kinesis:us-east-2:123456789012:orders", "arn:aws:sqs:us-east-2:123456789012:stream/orders", "arn:aws:kinesis"] {
+            let refused = stream_name(bad).unwrap_err().to_string();
+            assert!(refused.starts_with("`stream` = ") && refused.contains("stream/<name>"), "{refused}");
+        }
+    }
+
     fn layer() -> Layer {
-        Layer { stream: Some("s".into()), application: Some("a".into()), ..Default::default() }
+        Layer { stream: Some("s".into()), application: Some("app".into()), ..Default::default() }
     }
 
     #[test]

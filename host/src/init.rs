@@ -20,6 +20,8 @@ pub enum InitError {
     Exists(PathBuf),
     #[error("`{0}` is not a usable name: use letters, digits, `-` and `_`, starting with a letter")]
     BadName(String),
+    #[error("`{0}` names no new directory: give the project's directory, like `kcl-host init orders-totals`")]
+    NoName(PathBuf),
     #[error("cannot write `{path}`: {source}")]
     Write { path: PathBuf, source: std::io::Error },
 }
@@ -43,7 +45,9 @@ pub fn default_sdk_root() -> PathBuf {
 
 /// Creates the project `dir` (its last component names it); returns the files written.
 pub fn create(dir: &Path, lang: Lang, sdk_root: &Path) -> Result<Vec<PathBuf>, InitError> {
-    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+    let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
+        return Err(InitError::NoName(dir.to_path_buf()));
+    };
     let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if !valid {

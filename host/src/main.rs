@@ -15,7 +15,9 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // The SDK's look for a region in EC2 instance metadata warns three times before our own
+    // "no AWS region" says what to do: kept quiet unless RUST_LOG asks.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,aws_config::imds::region=error"));
     let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
@@ -68,7 +70,7 @@ async fn run_replay(args: ReplayArgs) -> Result<(), String> {
         starting_checkpoint: "TRIM_HORIZON".into(),
         starting_sub_sequence_number: None,
     };
-    match replay::replay(&processor, shard, records, args.batch_size, true).await {
+    match replay::replay(&processor, shard, records, args.batch_size as usize, true).await {
         Ok(report) => {
             print_summary(&report);
             Ok(())
@@ -120,10 +122,10 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     })?;
     let total: u64 = summary.records.values().sum();
     tracing::info!(
-        "stopped after {:.1}s: {total} records from {} shards; processed to SHARD_END: {:?}; processor {}",
+        "stopped after {:.1}s: {total} records from {} shards; processed to SHARD_END: {}; processor {}",
         summary.elapsed.as_secs_f64(),
         summary.records.len(),
-        summary.finished,
+        if summary.finished.is_empty() { "none".to_owned() } else { summary.finished.join(", ") },
         summary.versions.join(" -> "),
     );
     let requests: Vec<String> = requests.snapshot().iter().map(|(op, n)| format!("{op}={n}")).collect();

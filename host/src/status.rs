@@ -96,7 +96,9 @@ fn now_ms() -> u64 {
 
 /// Reads both tables. A heartbeat older than `failover_time` counts as stopped.
 pub async fn read(clients: &AwsClients, application: &str, failover_time: Duration) -> Result<Report, LeaseError> {
-    let scan = DynamoStore::new(clients.dynamodb.clone(), application).scan().await?;
+    let store = DynamoStore::new(clients.dynamodb.clone(), application);
+    store.check_table().await?;
+    let scan = store.scan().await?;
     let control = match ControlTable::new(clients.dynamodb.clone(), application).read().await {
         Ok(read) => read,
         // A table only Java KCL (or an older kcl-host) has used.
@@ -187,7 +189,8 @@ fn fit(text: &str, n: usize) -> String {
 /// The report as text, at most 100 columns wide.
 pub fn render(report: &Report) -> String {
     let lag = report.shards.iter().any(|r| r.lag_ms.is_some());
-    let mut out = format!("{} — {} shards, {} workers\n", report.application, report.shards.len(), report.workers.len());
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let mut out = format!("{} — {}, {}\n", report.application, plural(report.shards.len(), "shard", "shards"), plural(report.workers.len(), "worker", "workers"));
     out.push_str(&format!("{:<21} {:<10} {:<20} {:<24} {:>8}", "SHARD", "STATE", "OWNER", "CHECKPOINT", "COUNTER"));
     out.push_str(if lag { "      LAG\n" } else { "\n" });
     for row in &report.shards {

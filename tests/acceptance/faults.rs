@@ -260,3 +260,16 @@ async fn a_busy_shard_is_read_at_most_three_times_a_second_and_throttling_backs_
         assert!(gap >= Duration::from_secs(1), "a throttled call is followed by another after {gap:?}, not 1 s or more");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_deleted_under_a_worker_stops_it_with_the_reason() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("deleted"), 1).await;
+    let mut host = start_with("counter", &stream.name, &unique("deleted-app"), "worker-1", &[]);
+    host.wait_for("the shard", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    aws.kinesis.delete_stream().stream_name(&stream.name).send().await.unwrap();
+    let (status, log) = host.wait_exit(LIMIT).await;
+    assert!(!status.success(), "{}", log.join("\n"));
+    let said = format!("Kinesis stream `{}` no longer exists (it was deleted while this worker read it)", stream.name);
+    assert!(log.iter().any(|l| l.contains(&said)), "{}", log.join("\n"));
+}

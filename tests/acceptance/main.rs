@@ -317,15 +317,18 @@ async fn a_paused_worker_delivers_nothing_after_its_lease_is_taken() {
     assert_eq!(records(&log_b), ["a", "stall", "b", "c"], "all of it from the second (nothing was checkpointed)");
 }
 
-/// Runs `kcl-host` to its exit; returns (exit code, everything it printed).
+/// Runs `kcl-host` to its exit with `env` set (a variable given as "" is
+/// removed); returns (exit code, everything it printed).
 async fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kcl-host"))
-        .args(args)
-        .envs(env.iter().copied())
-        .env("NO_COLOR", "1")
-        .output()
-        .await
-        .expect("kcl-host runs");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kcl-host"));
+    command.args(args).env("NO_COLOR", "1");
+    for (name, value) in env {
+        match value.is_empty() {
+            true => command.env_remove(name),
+            false => command.env(name, value),
+        };
+    }
+    let output = command.output().await.expect("kcl-host runs");
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     (output.status.code().unwrap_or(-1), text)
 }
@@ -341,24 +344,48 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     std::fs::write(&not_wasm, "not a component").unwrap();
     let not_wasm = not_wasm.display().to_string();
     let no_stream = format!("Kinesis stream `{missing_stream}` does not exist");
+    // A table keyed otherwise (a control table), and one that does not exist, given to `status`.
+    let other = unique("not-a-lease-table");
+    kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), &other).ensure().await.unwrap();
+    let other = format!("{other}-KclHostControl");
+    let no_table = unique("no-such-table");
+    let long_application = "a".repeat(250);
     // (arguments, environment, what the message must say)
     type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
-        (vec!["run", &counter, "--application", "a"], vec![], "`stream` is required: pass --stream, set KCL_HOST_STREAM"),
+        (vec!["run", &counter, "--application", "app"], vec![], "`stream` is required: pass --stream, set KCL_HOST_STREAM"),
         (vec!["run", &counter, "--stream", &missing_stream, "--application", &table], vec![], &no_stream),
         (
-            vec!["run", &counter, "--stream", "s", "--application", "a"],
+            vec!["run", &counter, "--stream", "s", "--application", "app"],
             vec![("AWS_ENDPOINT_URL_KINESIS", "http://127.0.0.1:9")],
             "the endpoint is `http://127.0.0.1:9`, from AWS_ENDPOINT_URL_KINESIS",
         ),
         (
-            vec!["run", &aggregate, "--stream", "s", "--application", "a", "--memory-limit-mib", "1"],
+            vec!["run", &aggregate, "--stream", "s", "--application", "app", "--memory-limit-mib", "1"],
             vec![],
             "more than the memory limit of 1 MiB; raise --memory-limit-mib",
         ),
-        (vec!["run", &not_wasm, "--stream", "s", "--application", "a"], vec![], "is not a WebAssembly file"),
-        (vec!["run", &counter, "--stream", "s", "--application", "a", "--initial-position", "OLDEST"], vec![], "use TRIM_HORIZON, LATEST or AT_TIMESTAMP"),
-        (vec!["run", &counter, "--stream", "s", "--application", "a", "--retrieval", "push"], vec![], "use polling (GetRecords) or fanout"),
+        (vec!["run", &not_wasm, "--stream", "s", "--application", "app"], vec![], "is not a WebAssembly file"),
+        (vec!["run", &counter, "--stream", "s", "--application", "app", "--initial-position", "OLDEST"], vec![], "use TRIM_HORIZON, LATEST or AT_TIMESTAMP"),
+        (vec!["run", &counter, "--stream", "s", "--application", "app", "--retrieval", "push"], vec![], "use polling (GetRecords) or fanout"),
+        (vec!["status", "--application", &other], vec![], "is keyed by `key` (HASH), not by `leaseKey` (HASH), so it is not a lease table"),
+        (vec!["status", "--application", &no_table], vec![], "does not exist"),
+        (
+            vec!["run", &counter, "--stream", "s", "--application", "app"],
+            vec![
+                ("AWS_ACCESS_KEY_ID", ""),
+                ("AWS_SECRET_ACCESS_KEY", ""),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+                ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+                ("AWS_CONFIG_FILE", "/nonexistent"),
+            ],
+            "no AWS credentials were found for ListShards: set AWS_ACCESS_KEY_ID",
+        ),
+        (vec!["run", &counter, "--stream", "s", "--application", &long_application], vec![], "use 3 to 237 characters (it names the lease table"),
+        (vec!["run", &counter, "--stream", "s", "--application", "app", "--idle-time-between-reads", "-1s"], vec![], "use a duration with a unit"),
+        (vec!["run", &counter, "--stream", "arn:aws:sqs:us-east-2:1:q", "--application", "app"], vec![], "give a stream name or a Kinesis stream ARN"),
+        (vec!["replay", &counter, "--input", "-", "--batch-size", "0"], vec![], "0 is not in 1.."),
+        (vec!["init", ".", "--lang", "rust"], vec![], "`.` names no new directory"),
     ];
     for (args, env, expected) in cases {
         let (code, text) = run_to_exit(&args, &env).await;
@@ -367,6 +394,11 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     }
     let tables = aws.dynamodb.list_tables().send().await.unwrap();
     assert!(!tables.table_names().contains(&table), "a bad stream name creates no lease table");
+    // No region: one line that says what to do, not three instance-metadata warnings first.
+    let no_region = [("AWS_REGION", ""), ("AWS_DEFAULT_REGION", ""), ("AWS_CONFIG_FILE", "/nonexistent")];
+    let (code, text) = run_to_exit(&["run", &counter, "--stream", "s", "--application", "app"], &no_region).await;
+    assert_ne!(code, 0);
+    assert!(text.contains("no AWS region is configured; set AWS_REGION or pass --region") && !text.contains("IMDS"), "{text}");
 }
 
 /// Two workers on a 4-shard stream, balanced: the second joined once the

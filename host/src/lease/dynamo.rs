@@ -47,6 +47,11 @@ impl DynamoStore {
         Self { client, table, renewal_timeout: None }
     }
 
+    /// Refuses a table that is missing or is not a lease table, creating nothing.
+    pub async fn check_table(&self) -> Result<(), LeaseError> {
+        self.table.check().await
+    }
+
     /// Lets a renewal take up to `timeout` (the failover time: a renewal
     /// answered late but within the lease's validity still keeps it)
     /// rather than the client's per-attempt time-out, whose retries of a

@@ -53,6 +53,13 @@ impl KeyedTable {
         self.wait_active().await
     }
 
+    /// Refuses a table that is missing or keyed otherwise, creating nothing:
+    /// what a command that only reads checks first.
+    pub async fn check(&self) -> Result<(), LeaseError> {
+        let described = self.client.describe_table().table_name(&self.name).send().await.map_err(|e| self.error("DescribeTable", e))?;
+        self.check_key_schema(described.table.as_ref().map_or(&[], |t| t.key_schema()))
+    }
+
     async fn create(&self) -> Result<(), LeaseError> {
         let created = self
             .client

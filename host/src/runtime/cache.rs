@@ -13,7 +13,10 @@ use wasmtime::Engine;
 
 /// Compiles `bytes`, or reads the artifact an earlier compile left in `dir`.
 pub(crate) fn compile(engine: &Engine, bytes: &[u8], dir: Option<&Path>) -> wasmtime::Result<Component> {
+    // Seconds for a large component: say so rather than go quiet.
+    let compiling = || tracing::info!("compiling the component ({} KiB){}", bytes.len() / 1024, dir.map_or(String::new(), |d| format!("; kept in {} for later runs", d.display())));
     let Some(dir) = dir else {
+        compiling();
         return Component::new(engine, bytes);
     };
     let path = artifact_path(engine, bytes, dir);
@@ -26,6 +29,7 @@ pub(crate) fn compile(engine: &Engine, bytes: &[u8], dir: Option<&Path>) -> wasm
             Err(e) => tracing::warn!(path = %path.display(), "ignoring unusable cached component: {e}"),
         }
     }
+    compiling();
     let component = Component::new(engine, bytes)?;
     if let Err(e) = store(&component, &path) {
         tracing::warn!(path = %path.display(), "could not cache the compiled component: {e}");

@@ -17,7 +17,8 @@ use super::bindings::LogLevel;
 /// Log target of every event a guest causes, so operators can filter on it.
 pub const GUEST_TARGET: &str = "kcl_host::guest";
 
-/// Longest line kept from a guest's stdout/stderr; longer lines are split.
+/// Longest line kept from a guest's stdout/stderr (longer lines are split)
+/// and from its `log` import (longer messages are cut, and say so).
 const MAX_LINE: usize = 8 * 1024;
 
 /// Who is speaking: the shard, and the processor version serving it
@@ -28,9 +29,20 @@ pub(crate) struct Speaker {
     pub(crate) processor: Arc<str>,
 }
 
+/// `message` cut to [`MAX_LINE`] bytes (at a character boundary), saying
+/// how long it was.
+fn capped(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= MAX_LINE {
+        return message.into();
+    }
+    let end = (0..=MAX_LINE).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}… (cut: the message had {} bytes, more than the {MAX_LINE} a line keeps)", &message[..end], message.len()).into()
+}
+
 /// Emits one guest log line at `level`.
 pub(crate) fn emit(speaker: &Speaker, level: LogLevel, message: &str) {
     let (shard, processor) = (&*speaker.shard, &*speaker.processor);
+    let message = capped(message);
     match level {
         LogLevel::Trace => tracing::trace!(target: GUEST_TARGET, shard, processor, "{message}"),
         LogLevel::Debug => tracing::debug!(target: GUEST_TARGET, shard, processor, "{message}"),
@@ -150,5 +162,19 @@ impl Pollable for LineWriter {
 impl Drop for LineWriter {
     fn drop(&mut self) {
         self.emit_pending();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_log_message_is_cut_and_says_so() {
+        assert_eq!(capped("short"), "short");
+        let long = "é".repeat(MAX_LINE); // two bytes each
+        let cut = capped(&long);
+        assert!(cut.len() < MAX_LINE + 100, "{} bytes", cut.len());
+        assert!(cut.ends_with(&format!("(cut: the message had {} bytes, more than the {MAX_LINE} a line keeps)", 2 * MAX_LINE)), "{}", &cut[MAX_LINE - 10..]);
     }
 }

@@ -254,10 +254,11 @@ impl Processor {
     /// Starts a throwaway instance and calls `initialize` on it, then
     /// `shutdown(requested)`: what a swap checks before touching any shard.
     pub async fn check_initialize(&self) -> Result<(), CallError> {
-        let mut instance = self.instantiate("swap-check", Box::new(NoCheckpoints), None).await?;
+        // Its log lines say whose they are: no shard's.
+        let mut instance = self.instantiate("(test instance)", Box::new(NoCheckpoints), None).await?;
         let shard = ShardInfo {
-            stream_name: "swap-check".into(),
-            shard_id: "swap-check".into(),
+            stream_name: "test-instance".into(),
+            shard_id: "test-instance".into(),
             starting_checkpoint: "TRIM_HORIZON".into(),
             starting_sub_sequence_number: None,
         };

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use crate::swap::rollout::CallReport;
 use super::redelivery::{Budget, Unacknowledged};
 
+use crate::aws::AwsError;
 use crate::backoff::Backoff;
 use crate::fanout::{KinesisSubscriptions, Subscriber};
 use crate::fetch::{self, Fetched, FetchSettings, Fetcher, StartingPosition};
@@ -178,6 +179,12 @@ impl<S: LeaseStore> Consumer<S> {
             };
             let Fetched { mut batch, shard_end, calls, throttles } = match fetched {
                 Ok(fetched) => fetched,
+                // Waiting cannot bring a deleted stream back: the worker stops and says why.
+                Err(AwsError::StreamNotFound(stream)) => {
+                    return Interrupt::Done(Outcome::Refused(format!(
+                        "Kinesis stream `{stream}` no longer exists (it was deleted while this worker read it)"
+                    )));
+                }
                 Err(e) => return Interrupt::Failed(format!("reading the shard failed: {e}")),
             };
             self.metrics.get_records(calls, throttles);

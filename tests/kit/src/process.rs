@@ -89,6 +89,16 @@ impl KclHost {
         self.lines.lock().await.iter().filter_map(|line| parse_delivered(line)).collect()
     }
 
+    /// CPU time (user and system) the process has used so far, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        let pid = self.child.id().expect("running");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's /proc stat");
+        // After the command's `(name)`: state is field 3, utime and stime fields 14 and 15, in clock ticks (100 a second).
+        let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        ticks as f64 / 100.0
+    }
+
     /// Sends a signal (SIGSTOP, SIGCONT, ...) and returns at once.
     pub fn signal(&self, signal: i32) {
         let pid = self.child.id().expect("running") as i32;
