@@ -9,6 +9,14 @@ bash scripts/servers.sh start
 trap 'bash scripts/servers.sh stop' EXIT
 # shellcheck disable=SC1091
 source .servers/env
+# Compile every guest once into the tests' shared cache (a debug-built host
+# takes seconds for the Go ones), so no test waits on a compile.
+cargo build --quiet -p kcl-host
+target=${CARGO_TARGET_DIR:-$root/target}
+for wasm in examples/build/*.wasm; do
+  "$target/debug/kcl-host" replay "$wasm" --input host/templates/records.jsonl \
+    --cache-dir "${TMPDIR:-/tmp}/kcl-host-test-cache" >/dev/null 2>&1
+done
 log=$(mktemp)
 status=0
 # --no-fail-fast: every test binary runs even when an earlier one fails.

@@ -35,8 +35,7 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         kcl-host run processor.wasm --stream orders --application orders-totals --region us-east-2\n  \
         kcl-host run processor.wasm --config kcl-host.toml\n\n\
-        Every flag can also be set with a KCL_HOST_* variable (see each flag), and every one but\n\
-        --config, --watch and --swap-canary-input in the --config file.\n\
+        Every flag can also be set with a KCL_HOST_* variable (see each flag) or in the --config file.\n\
         Credentials and endpoints come from the standard AWS chain: AWS_REGION, AWS_PROFILE,\n\
         AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB, ~/.aws/config.\n\
         SIGINT or SIGTERM stops gracefully: shutdown(requested) on every shard, leases released;\n\
@@ -253,6 +252,8 @@ impl RunArgs {
             swap_canary_batches: self.swap_canary_batches,
             swap_rollback_after: self.swap_rollback_after,
             swap_buffer_mib: self.swap_buffer_mib,
+            swap_canary_input: self.swap_canary_input.clone(),
+            watch: self.watch.then_some(true),
             max_instances: self.max_instances,
             ..self.runtime.layer()
         }

@@ -16,6 +16,8 @@
 //! swap_canary_batches = 3            # hot swap: batches on one shard before the rest
 //! swap_rollback_after = 3            # failures of a new version that roll it back
 //! swap_buffer_mib = 256              # records kept (all shards) to deliver again after a swap
+//! swap_canary_input = "sample.jsonl" # records every new version must replay first
+//! watch = false                      # swap whenever the processor file changes
 //! memory_limit_mib = 256             # per processor instance
 //! call_deadline = "30s"              # longest one processor call may run
 //! max_instances = 1000               # processor instances at once (caps max_leases)
@@ -72,6 +74,8 @@ pub struct Layer {
     pub swap_canary_batches: Option<u32>,
     pub swap_rollback_after: Option<u32>,
     pub swap_buffer_mib: Option<usize>,
+    pub swap_canary_input: Option<PathBuf>,
+    pub watch: Option<bool>,
     pub memory_limit_mib: Option<usize>,
     pub call_deadline: Option<String>,
     pub max_instances: Option<u32>,
@@ -95,7 +99,8 @@ impl Layer {
         merge!(
             stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
+            idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
+            swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
         )
     }
 
@@ -160,6 +165,10 @@ pub struct WorkerConfig {
     pub admin_listen: Option<std::net::SocketAddr>,
     /// How a new processor version is rolled out.
     pub swap: crate::swap::rollout::SwapSettings,
+    /// Records every new version must replay without error first.
+    pub swap_canary_input: Option<PathBuf>,
+    /// Swap whenever the processor file changes.
+    pub watch: bool,
     /// The sandbox of every processor instance.
     pub runtime: RuntimeConfig,
 }
@@ -266,6 +275,8 @@ impl WorkerConfig {
                     },
                 }
             },
+            swap_canary_input: layer.swap_canary_input,
+            watch: layer.watch.unwrap_or(false),
             admin_listen: match layer.admin_listen {
                 Some(address) => Some(address.parse().map_err(|_| ConfigError::Invalid {
                     setting: "admin_listen",
@@ -362,6 +373,15 @@ mod tests {
             let refused = stream_name(bad).unwrap_err().to_string();
             assert!(refused.starts_with("`stream` = ") && refused.contains("stream/<name>"), "{refused}");
         }
+    }
+
+    #[test]
+    fn the_file_holds_the_swap_settings_too() {
+        let file: Layer = toml::from_str("watch = true\nswap_canary_input = \"sample.jsonl\"").unwrap();
+        let c = WorkerConfig::resolve(layer().over(file)).unwrap();
+        assert!(c.watch);
+        assert_eq!(c.swap_canary_input.as_deref(), Some(Path::new("sample.jsonl")));
+        assert!(!WorkerConfig::resolve(layer()).unwrap().watch);
     }
 
     fn layer() -> Layer {

@@ -105,14 +105,14 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     let aws = config.aws.clone();
     let requests = clients.requests.clone();
     let mut swapper = Swapper::new(runtime.clone(), processor, &args.processor);
-    if let Some(path) = &args.swap_canary_input {
+    if let Some(path) = &config.swap_canary_input {
         let file = File::open(path).map_err(|e| format!("cannot open --swap-canary-input `{}`: {e}", path.display()))?;
         let records = replay::read_records(BufReader::new(file)).map_err(|e| format!("--swap-canary-input {}: {e}", path.display()))?;
         swapper = swapper.with_canary_input(records);
     }
     let swapper = std::sync::Arc::new(swapper);
     tokio::spawn(swapper.clone().on_signal(args.processor.clone()));
-    if args.watch {
+    if config.watch {
         tokio::spawn(swapper.clone().on_change(args.processor.clone()));
     }
     let span = tracing::info_span!("worker", worker = %config.worker_id);

@@ -71,15 +71,19 @@ impl KclHost {
         self.lines.lock().await.clone()
     }
 
-    /// Waits until `done` holds for the log, or panics after `limit` with the log.
+    /// Waits until `done` holds for the log, or panics with the log once
+    /// the process has said nothing new for `limit` (a slow machine that is
+    /// still making progress gets more time, up to three times `limit`).
     pub async fn wait_for(&mut self, what: &str, limit: Duration, done: impl Fn(&[String]) -> bool) {
-        let deadline = tokio::time::Instant::now() + limit;
+        let started = tokio::time::Instant::now();
+        let last_chance = started + limit * 3;
         loop {
             if done(&self.lines.lock().await) {
                 return;
             }
-            if tokio::time::timeout_at(deadline, self.changed.changed()).await.is_err() {
-                panic!("timed out after {limit:?} waiting for {what}; log:\n{}", self.log().await.join("\n"));
+            let quiet_until = (tokio::time::Instant::now() + limit).min(last_chance);
+            if tokio::time::timeout_at(quiet_until, self.changed.changed()).await.is_err() {
+                panic!("timed out after {:?} waiting for {what}; log:\n{}", started.elapsed(), self.log().await.join("\n"));
             }
         }
     }
