@@ -98,7 +98,7 @@ pub struct InitArgs {
     /// The processor's language.
     #[arg(long, value_enum)]
     pub lang: crate::init::Lang,
-    /// The kcl-host checkout whose SDK the project uses [default: the one this kcl-host was built from].
+    /// A kcl-host checkout whose SDK the project uses where it is [default: a copy of the SDK, written into the project's kcl/].
     #[arg(long)]
     pub sdk: Option<PathBuf>,
 }

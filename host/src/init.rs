@@ -1,8 +1,10 @@
 //! `kcl-host init NAME --lang rust|go`: a processor project that builds and
 //! replays as created — a processor that parses records as JSON, logs and
 //! checkpoints; a sample `records.jsonl`; a README with build → replay →
-//! run. The SDK comes from the kcl-host checkout (by path, so nothing needs
-//! publishing).
+//! run. The SDK and its build scripts are copied into the project's `kcl/`
+//! from the copy built into this binary, so the project builds wherever it
+//! is, with no kcl-host checkout; `--sdk` points at a checkout instead (to
+//! work on the SDK itself).
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +24,8 @@ pub enum InitError {
     BadName(String),
     #[error("`{0}` names no new directory: give the project's directory, like `kcl-host init orders-totals`")]
     NoName(PathBuf),
+    #[error("`{0}` is not a kcl-host checkout (it has no guest-sdk/rust/Cargo.toml); leave --sdk out to copy the SDK into the project")]
+    NoSdk(PathBuf),
     #[error("cannot write `{path}`: {source}")]
     Write { path: PathBuf, source: std::io::Error },
 }
@@ -38,13 +42,57 @@ const GO: [(&str, &str); 3] = [
     ("README.md", include_str!("../templates/go/README.md")),
 ];
 
-/// The kcl-host checkout this binary was built from: where the SDKs are.
-pub fn default_sdk_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ is inside the checkout").to_path_buf()
+/// The SDKs, the WIT and the Go build scripts, as a project's `kcl/` holds
+/// them: the checkout's layout, so the templates and scripts work alike.
+const BUNDLE: [(&str, &str); 21] = [
+    ("wit/processor.wit", include_str!("../../wit/processor.wit")),
+    ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
+    ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
+    ("guest-sdk/rust/src/checkpointer.rs", include_str!("../../guest-sdk/rust/src/checkpointer.rs")),
+    ("guest-sdk/rust/src/log.rs", include_str!("../../guest-sdk/rust/src/log.rs")),
+    ("guest-sdk/rust/src/types.rs", include_str!("../../guest-sdk/rust/src/types.rs")),
+    ("guest-sdk/go/go.mod", include_str!("../../guest-sdk/go/go.mod")),
+    ("guest-sdk/go/README.md", include_str!("../../guest-sdk/go/README.md")),
+    ("guest-sdk/go/kcl.go", include_str!("../../guest-sdk/go/kcl.go")),
+    ("guest-sdk/go/internal/wit/exports/export_kcl_processor_record_processor/exports.go", include_str!("../../guest-sdk/go/internal/wit/exports/export_kcl_processor_record_processor/exports.go")),
+    ("guest-sdk/go/internal/wit/exports/wit_exports/wit_exports.go", include_str!("../../guest-sdk/go/internal/wit/exports/wit_exports/wit_exports.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_checkpointer/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_checkpointer/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_checkpointer/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_checkpointer/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_log/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_log/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_log/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_log/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_record_processor/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_record_processor/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_record_processor/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_record_processor/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_types/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_types/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_types/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_types/empty.s")),
+    ("scripts/build-go.sh", include_str!("../../scripts/build-go.sh")),
+    ("scripts/go-toolchain.sh", include_str!("../../scripts/go-toolchain.sh")),
+];
+
+/// Where the bundle goes, inside the project.
+const BUNDLE_DIR: &str = "kcl";
+
+/// The Rust SDK's manifest, standing alone (the checkout's inherits from its workspace).
+fn rust_sdk_manifest() -> String {
+    include_str!("../../guest-sdk/rust/Cargo.toml")
+        // rust-version first: "version.workspace" is inside it.
+        .replace("rust-version.workspace = true", &format!("rust-version = \"{}\"", env!("CARGO_PKG_RUST_VERSION")))
+        .replace("version.workspace = true", &format!("version = \"{}\"", env!("CARGO_PKG_VERSION")))
+        .replace("edition.workspace = true", "edition = \"2024\"")
+        .replace("license.workspace = true", &format!("license = \"{}\"", env!("CARGO_PKG_LICENSE")))
+        .replace("wit-bindgen.workspace = true", "wit-bindgen = \"0.61\"")
+}
+
+/// Where a project's SDK comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Sdk<'a> {
+    /// Copied into the project's `kcl/` from this binary.
+    Bundled,
+    /// A kcl-host checkout, by path.
+    Checkout(&'a Path),
 }
 
 /// Creates the project `dir` (its last component names it); returns the files written.
-pub fn create(dir: &Path, lang: Lang, sdk_root: &Path) -> Result<Vec<PathBuf>, InitError> {
+pub fn create(dir: &Path, lang: Lang, sdk: Sdk<'_>) -> Result<Vec<PathBuf>, InitError> {
     let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
         return Err(InitError::NoName(dir.to_path_buf()));
     };
@@ -60,18 +108,29 @@ pub fn create(dir: &Path, lang: Lang, sdk_root: &Path) -> Result<Vec<PathBuf>, I
         Lang::Rust => &RUST,
         Lang::Go => &GO,
     };
-    let sdk = sdk_root.display().to_string();
+    let sdk_path = match sdk {
+        // Relative, so the project can move; `./` as Go's `replace` wants.
+        Sdk::Bundled => format!("./{BUNDLE_DIR}"),
+        Sdk::Checkout(root) if root.join("guest-sdk/rust/Cargo.toml").is_file() => root.display().to_string(),
+        Sdk::Checkout(root) => return Err(InitError::NoSdk(root.to_path_buf())),
+    };
     let crate_name = name.replace('-', "_");
     let mut written = Vec::new();
-    for (file, template) in files.iter().copied().chain([("records.jsonl", RECORDS)]) {
+    let mut write = |file: &str, text: &str| -> Result<(), InitError> {
         let path = dir.join(file);
-        let text = template.replace("{name}", &name).replace("{crate}", &crate_name).replace("{sdk}", &sdk);
-        let write = |path: &Path| -> std::io::Result<()> {
-            std::fs::create_dir_all(path.parent().expect("inside the project"))?;
-            std::fs::write(path, text)
-        };
-        write(&path).map_err(|source| InitError::Write { path: path.clone(), source })?;
+        let made = std::fs::create_dir_all(path.parent().expect("inside the project")).and_then(|()| std::fs::write(&path, text));
+        made.map_err(|source| InitError::Write { path: path.clone(), source })?;
         written.push(path);
+        Ok(())
+    };
+    for (file, template) in files.iter().copied().chain([("records.jsonl", RECORDS)]) {
+        write(file, &template.replace("{name}", &name).replace("{crate}", &crate_name).replace("{sdk}", &sdk_path))?;
+    }
+    if let Sdk::Bundled = sdk {
+        for (file, text) in BUNDLE {
+            write(&format!("{BUNDLE_DIR}/{file}"), text)?;
+        }
+        write(&format!("{BUNDLE_DIR}/guest-sdk/rust/Cargo.toml"), &rust_sdk_manifest())?;
     }
     Ok(written)
 }
@@ -81,15 +140,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_and_existing_directories_are_checked() {
+    fn names_sdks_and_existing_directories_are_checked() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(create(&dir.path().join("9lives"), Lang::Rust, Path::new("/sdk")), Err(InitError::BadName(_))));
-        let files = create(&dir.path().join("my-proc"), Lang::Rust, Path::new("/sdk")).unwrap();
-        assert_eq!(files.len(), 4);
+        assert!(matches!(create(&dir.path().join("9lives"), Lang::Rust, Sdk::Bundled), Err(InitError::BadName(_))));
+        assert!(matches!(create(Path::new("."), Lang::Rust, Sdk::Bundled), Err(InitError::NoName(_))));
+        assert!(matches!(create(&dir.path().join("p"), Lang::Rust, Sdk::Checkout(Path::new("/nonexistent"))), Err(InitError::NoSdk(_))));
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let files = create(&dir.path().join("my-proc"), Lang::Rust, Sdk::Checkout(checkout)).unwrap();
+        assert_eq!(files.len(), 4, "a checkout's SDK is used where it is");
         let cargo = std::fs::read_to_string(dir.path().join("my-proc/Cargo.toml")).unwrap();
-        assert!(cargo.contains(r#"name = "my-proc""#) && cargo.contains(r#"path = "/sdk/guest-sdk/rust""#), "{cargo}");
+        assert!(cargo.contains(r#"name = "my-proc""#) && cargo.contains(&format!(r#"path = "{}/guest-sdk/rust""#, checkout.display())), "{cargo}");
         let readme = std::fs::read_to_string(dir.path().join("my-proc/README.md")).unwrap();
         assert!(readme.contains("release/my_proc.wasm"), "{readme}");
-        assert!(matches!(create(&dir.path().join("my-proc"), Lang::Go, Path::new("/sdk")), Err(InitError::Exists(_))));
+        assert!(matches!(create(&dir.path().join("my-proc"), Lang::Go, Sdk::Bundled), Err(InitError::Exists(_))));
+    }
+
+    #[test]
+    fn the_bundle_holds_every_sdk_file_and_a_manifest_of_its_own() {
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let mut on_disk = Vec::new();
+        let mut walk = vec![checkout.join("guest-sdk")];
+        while let Some(dir) = walk.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk.push(path);
+                } else {
+                    on_disk.push(path.strip_prefix(checkout).unwrap().display().to_string());
+                }
+            }
+        }
+        let bundled: Vec<&str> = BUNDLE.iter().map(|(file, _)| *file).chain(["guest-sdk/rust/Cargo.toml"]).collect();
+        for file in &on_disk {
+            assert!(bundled.contains(&file.as_str()), "{file} is not in init's BUNDLE: a project made by init would lack it");
+        }
+        let manifest = rust_sdk_manifest();
+        assert!(!manifest.contains("workspace"), "{manifest}");
+        let rust_version = format!("rust-version = \"{}\"", env!("CARGO_PKG_RUST_VERSION"));
+        assert!(manifest.contains(&rust_version) && manifest.contains("\nversion = \"0."), "{manifest}");
     }
 }

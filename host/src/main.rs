@@ -14,10 +14,12 @@ use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_naming_the_variable(e));
     // The SDK's look for a region in EC2 instance metadata warns three times before our own
     // "no AWS region" says what to do: kept quiet unless RUST_LOG asks.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,aws_config::imds::region=error"));
+    // `deploy`'s test instance is not a shard: its processor's lines are not the operator's business.
+    let quiet = if matches!(cli.command, Command::Deploy(_)) { ",kcl_host::guest=warn" } else { "" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("info,aws_config::imds::region=error{quiet}")));
     let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
@@ -32,8 +34,8 @@ fn main() -> ExitCode {
             Command::Status(args) => run_status(args).await,
             Command::Deploy(args) => run_deploy(args).await,
             Command::Init(args) => {
-                let sdk = args.sdk.unwrap_or_else(kcl_host::init::default_sdk_root);
-                let files = kcl_host::init::create(&args.name, args.lang, &sdk).map_err(|e| e.to_string())?;
+                let sdk = args.sdk.as_deref().map_or(kcl_host::init::Sdk::Bundled, kcl_host::init::Sdk::Checkout);
+                let files = kcl_host::init::create(&args.name, args.lang, sdk).map_err(|e| e.to_string())?;
                 for file in files {
                     println!("created {}", file.display());
                 }
@@ -48,6 +50,27 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Exits with clap's message for `error`; when the bad value came from a
+/// `KCL_HOST_*` variable rather than the flag, the message names the variable.
+fn exit_naming_the_variable(error: clap::Error) -> ! {
+    use clap::error::{ContextKind, ContextValue};
+    let flag = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg.split_whitespace().next().unwrap_or_default().to_owned(),
+        _ => error.exit(),
+    };
+    let given_as_flag = std::env::args().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+    let variable = format!("KCL_HOST_{}", flag.trim_start_matches('-').replace('-', "_").to_uppercase());
+    match std::env::var(&variable) {
+        Ok(value) if !given_as_flag && flag.starts_with("--") => {
+            let reason = error.to_string();
+            let reason = reason.lines().next().unwrap_or_default().trim_start_matches("error: ");
+            eprintln!("error: {variable}={value:?} is not valid ({reason}); fix or unset the variable");
+            std::process::exit(2);
+        }
+        _ => error.exit(),
     }
 }
 

@@ -1,11 +1,26 @@
-//! `kcl-host init` as a processor author runs it: each language's project
-//! builds with its README's command and replays its sample records.
+//! `kcl-host init` as a processor author runs it, from an installed binary
+//! (a copy away from the checkout): each language's project builds with its
+//! README's command, with nothing from a kcl-host checkout, and replays its
+//! sample records.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The kcl-host binary, copied into a directory of its own once per test run.
+fn installed() -> PathBuf {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("kcl-host-installed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("kcl-host");
+        std::fs::copy(env!("CARGO_BIN_EXE_kcl-host"), &copy).unwrap();
+        copy
+    })
+    .clone()
+}
+
 fn kcl_host(args: &[&str], dir: &Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_kcl-host")).args(args).current_dir(dir).env("NO_COLOR", "1").output().unwrap();
+    let output = Command::new(installed()).args(args).current_dir(dir).env("NO_COLOR", "1").output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "kcl-host {args:?}:\n{text}");
     text
@@ -44,7 +59,10 @@ fn a_go_project_builds_and_replays_as_created() {
     let dir = tempfile::tempdir().unwrap();
     kcl_host(&["init", "orders-totals", "--lang", "go"], dir.path());
     let project = dir.path().join("orders-totals");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-go.sh");
-    run(Command::new("bash").arg(script).args([".", "orders-totals.wasm"]).current_dir(&project));
+    // The project's own build script installs Go, wasm-tools and the adapter
+    // into kcl/tools on first use: here, the ones the test run installed.
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools");
+    std::os::unix::fs::symlink(tools.canonicalize().unwrap(), project.join("kcl/tools")).unwrap();
+    run(Command::new("bash").args(["kcl/scripts/build-go.sh", ".", "orders-totals.wasm"]).current_dir(&project));
     assert_replays(&project.join("orders-totals.wasm"), &project);
 }

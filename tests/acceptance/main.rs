@@ -386,6 +386,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
         (vec!["run", &counter, "--stream", "arn:aws:sqs:us-east-2:1:q", "--application", "app"], vec![], "give a stream name or a Kinesis stream ARN"),
         (vec!["replay", &counter, "--input", "-", "--batch-size", "0"], vec![], "0 is not in 1.."),
         (vec!["init", ".", "--lang", "rust"], vec![], "`.` names no new directory"),
+        (vec!["run", &counter, "--stream", "s", "--application", "app"], vec![("KCL_HOST_MAX_RECORDS", "lots")], "KCL_HOST_MAX_RECORDS=\"lots\" is not valid"),
     ];
     for (args, env, expected) in cases {
         let (code, text) = run_to_exit(&args, &env).await;

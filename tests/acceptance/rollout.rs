@@ -305,6 +305,7 @@ async fn rollback_right_after_the_first_deploy_brings_every_worker_back() {
     assert_eq!(code, 0, "{text}");
     let v1 = hash_of(&read_guest("counter"));
     assert!(text.contains(&format!("(before: {v1}")), "the running version is the rollback target: {text}");
+    assert!(!text.contains("kcl_host::guest"), "deploy does not print its test instance's lines: {text}");
     first.wait_for("v2", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
     // v1's file only ever was on worker-1's machine; worker-2 never ran it.
     std::fs::remove_file(&v1_path).unwrap();
