@@ -238,7 +238,7 @@ async fn deployed_start() {
     let mut host = start(&stream.name, &application, "w1", "10s");
     host.wait_for("every record", LIMIT, |log| records_in(log) >= SHARDS).await;
     host.interrupt().await;
-    let mut timed = |round: &'static str| {
+    let timed = |round: &'static str| {
         let (stream, application) = (&stream, &application);
         async move {
             one_each(round).await;

@@ -32,8 +32,12 @@ const MIN_CALL_INTERVAL: Duration = Duration::from_millis(400);
 const THROTTLED: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(10));
 /// After a failed call (5xx, a reset, a time-out): tried again in place, soon.
 const FAILED: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(1));
-/// Longest one GetRecords call may take: a full answer is 10 MB.
-const GET_RECORDS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest one GetRecords call may take: a full answer is 10 MB, and a slow
+/// server (or link) takes its time over it. A call that takes longer is
+/// tried again in place asking for half as many records.
+const GET_RECORDS_TIMEOUT: Duration = Duration::from_secs(30);
+/// The fewest records a call asks for after time-outs halved the limit.
+const MIN_LIMIT: i32 = 100;
 /// Most records one GetRecords call may return.
 pub const MAX_RECORDS_LIMIT: i32 = 10_000;
 
@@ -142,6 +146,9 @@ pub struct Fetcher {
     next_call: Instant,
     throttled: Backoff,
     failed: Backoff,
+    /// Records the next call asks for: `max_records`, halved after a call
+    /// timed out, doubled back after each one that did not.
+    limit: i32,
 }
 
 impl Fetcher {
@@ -158,7 +165,6 @@ impl Fetcher {
             client,
             stream: stream.to_owned(),
             shard: shard.to_owned(),
-            settings,
             range,
             resume: start,
             skip_through,
@@ -166,6 +172,8 @@ impl Fetcher {
             next_call: Instant::now(),
             throttled: Backoff::new(THROTTLED.0, THROTTLED.1),
             failed: Backoff::new(FAILED.0, FAILED.1),
+            limit: settings.max_records,
+            settings,
         }
     }
 
@@ -206,6 +214,9 @@ impl Fetcher {
                     continue;
                 }
                 Err(e) => {
+                    if matches!(e, SdkError::TimeoutError(_)) {
+                        self.limit = (self.limit / 2).max(MIN_LIMIT);
+                    }
                     let error = AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e);
                     if !error.is_transient() {
                         return Err(error);
@@ -216,6 +227,7 @@ impl Fetcher {
             };
             self.throttled.reset();
             self.failed.reset();
+            self.limit = (self.limit.saturating_mul(2)).min(self.settings.max_records);
             let millis_behind_latest = output.millis_behind_latest().unwrap_or(0).max(0) as u64;
             let shard_end = output.next_shard_iterator.is_none().then(|| {
                 output.child_shards.unwrap_or_default().into_iter().map(|c| c.shard_id).collect::<BTreeSet<_>>()
@@ -241,7 +253,7 @@ impl Fetcher {
     async fn get_records(&self, iterator: &str) -> Result<GetRecordsOutput, SdkError<GetRecordsError, HttpResponse>> {
         let timeouts = TimeoutConfig::builder().operation_attempt_timeout(GET_RECORDS_TIMEOUT).operation_timeout(GET_RECORDS_TIMEOUT).build();
         let config = aws_sdk_kinesis::config::Builder::default().retry_config(RetryConfig::disabled()).timeout_config(timeouts);
-        self.client.get_records().shard_iterator(iterator).limit(self.settings.max_records).customize().config_override(config).send().await
+        self.client.get_records().shard_iterator(iterator).limit(self.limit).customize().config_override(config).send().await
     }
 
     /// A call failed with `error`, which waiting may mend: the next one

@@ -3,7 +3,7 @@ use std::io::BufReader;
 use std::process::ExitCode;
 
 use clap::Parser;
-use kcl_host::aws::{AwsClients, AwsError};
+use kcl_host::aws::{AwsClients, AwsError, Service};
 use kcl_host::cli::{Cli, Command, DeployArgs, LogFormat, ReplayArgs, RunArgs, StatusArgs};
 use kcl_host::config::{duration, Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
@@ -115,6 +115,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     let runtime = Runtime::new(config.runtime.clone()).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
     let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
+    let region = clients.kinesis.config().region().map(ToString::to_string).unwrap_or_default();
     tracing::info!(
         "worker {} consuming stream `{}` with {} {} (lease table `{}`, new shards from {:?}, failover {:?})",
         config.worker_id,
@@ -141,6 +142,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     let span = tracing::info_span!("worker", worker = %config.worker_id);
     let summary = kcl_host::worker::run(config, clients, swapper, shutdown).instrument(span).await.map_err(|e| match e.aws() {
         Some(AwsError::Unreachable { service, .. }) => format!("{e}; the endpoint is {}", aws.endpoint_origin(*service)),
+        Some(AwsError::StreamNotFound(_)) => format!("{e} (looked in region `{region}` at {})", aws.endpoint_origin(Service::Kinesis)),
         _ => e.to_string(),
     })?;
     let total: u64 = summary.records.values().sum();

@@ -343,7 +343,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     let not_wasm = std::env::temp_dir().join(format!("{}.wasm", unique("not-wasm")));
     std::fs::write(&not_wasm, "not a component").unwrap();
     let not_wasm = not_wasm.display().to_string();
-    let no_stream = format!("Kinesis stream `{missing_stream}` does not exist");
+    let no_stream = format!("Kinesis stream `{missing_stream}` does not exist in this account and region; check --stream and AWS_REGION (looked in region `us-east-1` at `http");
     // A table keyed otherwise (a control table), and one that does not exist, given to `status`.
     let other = unique("not-a-lease-table");
     kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), &other).ensure().await.unwrap();
@@ -400,6 +400,19 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     let (code, text) = run_to_exit(&["run", &counter, "--stream", "s", "--application", "app"], &no_region).await;
     assert_ne!(code, 0);
     assert!(text.contains("no AWS region is configured; set AWS_REGION or pass --region") && !text.contains("IMDS"), "{text}");
+}
+
+#[tokio::test]
+async fn help_says_what_the_code_does() {
+    let (code, run) = run_to_exit(&["run", "--help"], &[]).await;
+    assert_eq!(code, 0, "{run}");
+    for variable in ["KCL_HOST_WATCH", "KCL_HOST_SWAP_CANARY_INPUT"] {
+        assert!(run.contains(&format!("[env: {variable}=]")), "run --help names {variable}:\n{run}");
+    }
+    assert!(run.contains("a second one stops at once"), "{run}");
+    let (code, deploy) = run_to_exit(&["deploy", "--help"], &[]).await;
+    assert_eq!(code, 0, "{deploy}");
+    assert!(deploy.contains("stored in DynamoDB") && !deploy.contains("shared volume"), "{deploy}");
 }
 
 /// Two workers on a 4-shard stream, balanced: the second joined once the

@@ -26,8 +26,8 @@ import software.amazon.kinesis.retrieval.polling.PollingConfig;
 
 /**
  * Drains a stream with Java KCL 2.7.2 (polling, its defaults otherwise) and
- * prints one line: "drained N records in S s (first record to last), C
- * CPU-seconds" (the JVM's start-up included in C).
+ * prints one line: the seconds from the JVM's start and from the first record
+ * to the last, and the CPU-seconds spent (the JVM's start-up included).
  * Arguments: stream, application, expected record count. Endpoints and
  * credentials come from AWS_ENDPOINT_URL_KINESIS / _DYNAMODB and the
  * default chain, as for kcl-host.
@@ -54,12 +54,13 @@ public final class Drain {
         Scheduler scheduler = new Scheduler(
                 configs.checkpointConfig(),
                 configs.coordinatorConfig(),
-                configs.leaseManagementConfig()
-                        .initialPositionInStream(InitialPositionInStreamExtended.newInitialPosition(InitialPositionInStream.TRIM_HORIZON)),
+                configs.leaseManagementConfig(),
                 configs.lifecycleConfig(),
                 configs.metricsConfig().metricsLevel(MetricsLevel.NONE),
                 configs.processorConfig(),
-                configs.retrievalConfig().retrievalSpecificConfig(new PollingConfig(stream, kinesis)));
+                configs.retrievalConfig()
+                        .initialPositionInStreamExtended(InitialPositionInStreamExtended.newInitialPosition(InitialPositionInStream.TRIM_HORIZON))
+                        .retrievalSpecificConfig(new PollingConfig(stream, kinesis)));
         Thread worker = new Thread(scheduler);
         worker.setDaemon(true);
         worker.start();
@@ -69,7 +70,8 @@ public final class Drain {
         double seconds = (System.nanoTime() - firstNanos.get()) / 1e9;
         double cpu = ((com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory.getOperatingSystemMXBean())
                 .getProcessCpuTime() / 1e9;
-        System.out.printf("drained %d records in %.1f s (first record to last), %.1f CPU-seconds%n", processed.get(), seconds, cpu);
+        double uptime = java.lang.management.ManagementFactory.getRuntimeMXBean().getUptime() / 1e3;
+        System.out.printf("start -> drained %.1f s; first record -> drained %.1f s; %.1f CPU-seconds; %d records%n", uptime, seconds, cpu, processed.get());
         System.out.flush();
         scheduler.startGracefulShutdown().get();
         System.exit(0);
