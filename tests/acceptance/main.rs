@@ -76,6 +76,11 @@ async fn one_each(stream: &TestStream, shards: &[String], prefix: &str) -> Vec<S
     all
 }
 
+/// How often a worker's `log` says it judged another worker dead.
+fn judged_dead(log: &[String]) -> usize {
+    log.iter().filter(|l| l.contains("the fleet changed") && l.contains("dead={\"worker-")).count()
+}
+
 fn count_lines(log: &[String], needle: &str) -> usize {
     log.iter().filter(|l| l.contains(needle)).count()
 }
