@@ -219,10 +219,8 @@ async fn a_canary_that_splits_hands_the_new_version_to_its_children() {
     host.wait_for("the canary", LIMIT, |log| count_lines(log, "swapped the processor") >= 1).await;
     assert_eq!(shard_on_last(&host.log().await, "canary: this shard"), shards[0]);
 
-    let split = tokio::time::Instant::now();
     let children = stream.split(&shards[0]).await;
     host.wait_for("the other shard swapped", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
-    eprintln!("rollout with a canary split: every shard on v2 {:?} after the split was asked for", split.elapsed());
     let mut all = one_each(&stream, &children, "child").await;
     all.extend(one_each(&stream, &shards[1..], "other").await);
     host.wait_for("the new records", LIMIT, |log| processed(log, &all)).await;
