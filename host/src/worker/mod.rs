@@ -1,24 +1,28 @@
 //! The worker: the one place that ties leases, shards, fetching and the
 //! component runtime together.
 //!
-//! At start it writes its heartbeat, syncs shards to leases and takes every
-//! lease it should at once. Then, each in its own rhythm:
-//! - renewals and the heartbeat, every third of the failover time, in a task
-//!   of their own;
+//! At start it reads the control table (the deployed version, and whether
+//! another live process uses its worker id), writes its heartbeat, syncs
+//! shards to leases and takes every lease it should at once. Then, each in
+//! its own rhythm:
+//! - the heartbeat and the renewals, every third of the failover time, each
+//!   in a task of its own (`upkeep.rs`), no renewal waiting on another;
 //! - the heartbeats of the fleet, every [`control::poll_interval`] and at the
 //!   moment a worker would die: a worker that joined, stopped or died starts
 //!   a take pass at once (which also gives back leases above this worker's
 //!   share, after a checkpoint);
-//! - a take pass every two failover times (Java KCL's taker interval),
-//!   sooner when a lease of an owner without heartbeat can expire, or when
-//!   this worker is short of its share;
+//! - a take pass every two failover times (Java KCL's taker interval), at
+//!   once when a lease is lost, sooner when a lease of an owner without
+//!   heartbeat can expire, when this worker is short of its share, or while
+//!   its heartbeat is overdue;
 //! - a shard sync every sync interval, on the last pass's read of the table,
 //!   and at once when a shard ends, so children start right after their parents.
 
 mod consumer;
 mod redelivery;
+mod upkeep;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,14 +42,15 @@ use crate::metrics::{Metrics, ShardMetrics};
 use crate::swap::{fleet, Swapper};
 use crate::lease::components::ComponentStore;
 use crate::lease::control::{self, ControlTable, FleetWatch};
-use crate::lease::coordinator::{Coordinator, HeldLease, Liveness, Renewer, TakePass};
+use crate::lease::coordinator::{Coordinator, HeldLease, TakePass};
 use crate::lease::dynamo::DynamoStore;
-use crate::lease::{Lease, LeaseError, LeaseStore};
+use crate::lease::{LeaseError, LeaseStore};
 use crate::runtime::Processor;
 use crate::shard::{self, InitialPosition};
 use consumer::{Consumer, Outcome};
 use crate::swap::rollout::{self, CallReport, Rollout};
 use redelivery::Budget;
+use upkeep::{beat, beat_every, check_unique, process_name, renew_every, sync_shards};
 
 /// Longest a graceful stop waits for processors to shut down.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -507,127 +512,5 @@ pub async fn run(
     match refused {
         Some(reason) => Err(WorkerError::Refused(reason)),
         None => Ok(summary),
-    }
-}
-
-/// Writes this worker's heartbeat (with the processor it runs) as
-/// `process`, taking the row over when `claim`; on success its leases stay
-/// valid one failover time from when the write was sent. `Ok(false)` when
-/// another process writes the row now.
-async fn beat(control: &ControlTable, me: &str, process: &str, swapper: &Swapper, liveness: &Liveness, claim: bool) -> Result<bool, LeaseError> {
-    let sent = Instant::now();
-    let ours = control.beat(me, &swapper.current(), process, claim).await?;
-    if ours {
-        liveness.beat(sent);
-    }
-    Ok(ours)
-}
-
-/// Writes the heartbeat every `period` — and `retry` after a write that
-/// failed, so the leases are valid again soon after DynamoDB is back —
-/// until aborted. No renewal ever delays it. Ends, saying why, if another
-/// process takes the worker id over.
-async fn beat_every(
-    control: ControlTable,
-    me: String,
-    process: String,
-    swapper: Arc<Swapper>,
-    liveness: Arc<Liveness>,
-    period: Duration,
-    retry: Duration,
-) -> String {
-    let mut next = Instant::now() + period;
-    loop {
-        tokio::time::sleep_until(next).await;
-        next = match beat(&control, &me, &process, &swapper, &liveness, false).await {
-            Ok(true) => next + period,
-            Ok(false) => {
-                return format!(
-                    "another process took over worker id `{me}` (its heartbeat row is no longer this one's): \
-                     give each process its own --worker-id"
-                );
-            }
-            Err(e) => {
-                tracing::warn!("could not write the heartbeat (the leases stop being valid if this goes on): {e}");
-                Instant::now() + retry
-            }
-        };
-    }
-}
-
-/// This process, as its heartbeat row names it: host, pid and a nonce.
-fn process_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown host".into());
-    format!("{host} pid {} #{:08x}", std::process::id(), fastrand::u32(..))
-}
-
-/// Refuses to start while another live process beats as `me`. A row of
-/// this worker id written lately may be a crashed process's: it is watched
-/// for one heartbeat period, and only one that moves meanwhile refuses.
-async fn check_unique(control: &ControlTable, me: &str, read: &control::ControlRead, failover: Duration) -> Result<(), WorkerError> {
-    let Some(row) = read.heartbeats.iter().find(|h| h.worker == me) else { return Ok(()) };
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
-    // Twice the failover time: room for clocks that disagree.
-    if row.beat_ms.is_some_and(|ms| now_ms.saturating_sub(ms) > 2 * failover.as_millis() as u64) {
-        return Ok(());
-    }
-    tracing::info!("worker id `{me}` has a recent heartbeat row: watching it for one heartbeat period before starting");
-    tokio::time::sleep(failover / 3 + control::poll_interval(failover)).await;
-    let again = control.read().await?;
-    match again.heartbeats.iter().find(|h| h.worker == me) {
-        Some(now) if now.heartbeat != row.heartbeat => Err(WorkerError::Refused(format!(
-            "worker id `{me}` is in use by a live process ({}): its heartbeat moved while this one watched; \
-             give each process its own --worker-id (as Java KCL requires), or stop that process first",
-            now.process.as_deref().unwrap_or("an older kcl-host")
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Renews the held leases every renewal period, until aborted.
-async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, metrics: Arc<Metrics>) {
-    let on_lost = |held: &HeldLease<S>| {
-        metrics.lease_lost();
-        tracing::warn!(shard = %held.key(), "lease lost; stopping delivery");
-    };
-    renewer.run(|| metrics.renewal_failed(), on_lost).await;
-}
-
-/// Lists the stream's shards, creates the leases that are missing, and
-/// deletes finished leases whose children have all started.
-async fn sync_shards<S: LeaseStore>(
-    config: &WorkerConfig,
-    clients: &AwsClients,
-    store: &Arc<S>,
-    leases: &[Lease],
-) -> Result<(), WorkerError> {
-    let shards = shard::list_shards(&clients.kinesis, &config.stream).await?;
-    // Leases whose parents are not new are written all at once; a new
-    // child only after its new parents, so no child is ever without them.
-    let planned = shard::plan_new_leases(&shards, leases, &config.initial_position);
-    let new_keys: HashSet<String> = planned.iter().map(|l| l.key.clone()).collect();
-    let (independent, dependent): (Vec<_>, Vec<_>) = planned.into_iter().partition(|l| l.parents.iter().all(|p| !new_keys.contains(p)));
-    let mut creates = JoinSet::new();
-    for lease in independent {
-        let store = store.clone();
-        creates.spawn(async move { store.create(&lease).await.map(|created| (created, lease)) });
-    }
-    while let Some(created) = creates.join_next().await {
-        log_created(created.expect("a create does not panic")?);
-    }
-    for lease in dependent {
-        log_created((store.create(&lease).await?, lease));
-    }
-    for key in shard::plan_cleanup(leases) {
-        if store.delete_finished(&key).await? {
-            tracing::info!(shard = %key, "deleted the finished lease: every child has started");
-        }
-    }
-    Ok(())
-}
-
-fn log_created((created, lease): (bool, Lease)) {
-    if created {
-        tracing::info!(shard = %lease.key, checkpoint = %lease.checkpoint, parents = ?lease.parents, "created lease");
     }
 }
