@@ -142,6 +142,47 @@ async fn after_a_dynamodb_outage_every_shard_is_processing_again_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_answers_keep_the_leases_and_a_silent_dynamodb_is_left_behind_at_once() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("ddb-silent"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let proxy = FaultProxy::start(&upstream("DYNAMODB")).await;
+    let mut host = start_through(&proxy, "DYNAMODB", "counter", &stream.name, &unique("ddb-silent-app"), "worker-1", &["--failover-time", "3s"]);
+    host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+
+    // Heartbeats and renewals applied, their answers lost: each retry is recognised as this worker's own write.
+    proxy.set(vec![Rule { operation: Some("UpdateItem"), body_contains: None, fault: Fault::LoseAnswer, times: Some(6) }]);
+    faults_applied(&proxy, 6).await;
+    let mut all = one_each(&stream, &shards, "after-lost-answers").await;
+    host.wait_for("records after the lost answers", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    assert_eq!(count_lines(&host.log().await, "lease lost"), 0, "{}", host.log().await.join("\n"));
+
+    // Then nothing answers at all until the leases are gone: hung requests
+    // must not hold the heartbeat back once DynamoDB answers again.
+    proxy.set(vec![Rule::every(None, Fault::BlackHole)]);
+    host.wait_for("the leases lost", LIMIT, |log| count_lines(log, "lease lost") >= 2).await;
+    host.wait_for("a pass that takes nothing", LIMIT, |log| count_lines(log, "taking no leases: this worker's heartbeat is overdue") >= 1).await;
+    all.extend(one_each(&stream, &shards, "during-silence").await);
+    // DynamoDB answers again just after a heartbeat write went out into the silence (no lease is left to renew).
+    let heartbeats = |proxy: &FaultProxy| proxy.counts().requests.iter().filter(|r| r.operation == "UpdateItem").count();
+    let sent = heartbeats(&proxy);
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while heartbeats(&proxy) == sent {
+        assert!(tokio::time::Instant::now() < deadline, "no heartbeat write during the silence");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.clear();
+    let back = tokio::time::Instant::now();
+    host.wait_for("every shard again", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    let recovered = back.elapsed();
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    // The hung write is given up after a third of the failover time, not
+    // after the client's 5 s attempt time-out.
+    assert!(recovered < Duration::from_secs(3), "idle {recovered:?} after DynamoDB answered again:\n{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kinesis_read_failures_are_retried_in_place_and_deliver_nothing_twice() {
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("read-faults"), 2).await;

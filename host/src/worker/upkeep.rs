@@ -9,7 +9,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::WorkerError;
-use crate::aws::AwsClients;
+use crate::aws::{AwsClients, AwsError, Service};
 use crate::config::WorkerConfig;
 use crate::lease::control::{self, ControlTable};
 use crate::lease::coordinator::{HeldLease, Liveness, Renewer};
@@ -33,7 +33,8 @@ pub(super) async fn beat(control: &ControlTable, me: &str, process: &str, swappe
 
 /// Writes the heartbeat every `period` — and `retry` after a write that
 /// failed, so the leases are valid again soon after DynamoDB is back —
-/// until aborted. No renewal ever delays it. Ends, saying why, if another
+/// until aborted. No renewal ever delays it, and no write takes longer than
+/// a period. Ends, saying why, if another
 /// process takes the worker id over.
 pub(super) async fn beat_every(
     control: ControlTable,
@@ -47,7 +48,14 @@ pub(super) async fn beat_every(
     let mut next = Instant::now() + period;
     loop {
         tokio::time::sleep_until(next).await;
-        next = match beat(&control, &me, &process, &swapper, &liveness, false).await {
+        // At most a period each: a write hung in an outage must not hold the
+        // next one back once DynamoDB answers again.
+        let written = tokio::time::timeout(period, beat(&control, &me, &process, &swapper, &liveness, false)).await;
+        next = match written.unwrap_or_else(|_| Err(LeaseError::Aws(AwsError::Unreachable {
+            service: Service::DynamoDb,
+            operation: "UpdateItem (heartbeat)",
+            message: format!("no answer within {period:?}"),
+        }))) {
             Ok(true) => next + period,
             Ok(false) => {
                 return format!(
