@@ -100,7 +100,7 @@ async fn after_a_dynamodb_outage_every_shard_is_processing_again_at_once() {
         all.extend(payloads(&format!("before-{shard}"), 3));
         stream.put(shard, &payloads(&format!("before-{shard}"), 3)).await;
     }
-    host.wait_for("the first records", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    host.wait_for("the first records", LIMIT, |log| processed(log, &all)).await;
 
     // Every DynamoDB request fails until the heartbeat is overdue and the
     // leases are gone, and a lease pass found it so; /healthz says so.
@@ -115,7 +115,7 @@ async fn after_a_dynamodb_outage_every_shard_is_processing_again_at_once() {
     }
     proxy.clear();
     let back = tokio::time::Instant::now();
-    host.wait_for("every shard again", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    host.wait_for("every shard again", LIMIT, |log| processed(log, &all)).await;
     let recovered = back.elapsed();
     eprintln!("DynamoDB outage: every shard processing again {recovered:?} after it ended");
     // Healthy again only while holding its leases.
@@ -154,7 +154,7 @@ async fn lost_answers_keep_the_leases_and_a_silent_dynamodb_is_left_behind_at_on
     proxy.set(vec![Rule { operation: Some("UpdateItem"), body_contains: None, fault: Fault::LoseAnswer, times: Some(6) }]);
     faults_applied(&proxy, 6).await;
     let mut all = one_each(&stream, &shards, "after-lost-answers").await;
-    host.wait_for("records after the lost answers", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    host.wait_for("records after the lost answers", LIMIT, |log| processed(log, &all)).await;
     assert_eq!(count_lines(&host.log().await, "lease lost"), 0, "{}", host.log().await.join("\n"));
 
     // Then nothing answers at all until the leases are gone: hung requests
@@ -173,7 +173,7 @@ async fn lost_answers_keep_the_leases_and_a_silent_dynamodb_is_left_behind_at_on
     }
     proxy.clear();
     let back = tokio::time::Instant::now();
-    host.wait_for("every shard again", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    host.wait_for("every shard again", LIMIT, |log| processed(log, &all)).await;
     let recovered = back.elapsed();
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
@@ -198,7 +198,7 @@ async fn kinesis_read_failures_are_retried_in_place_and_deliver_nothing_twice() 
         stream.put(shard, &records).await;
         all.extend(records);
     }
-    host.wait_for("the first records", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    host.wait_for("the first records", LIMIT, |log| processed(log, &all)).await;
 
     // A burst of 5xx, resets and a black-holed call, then records written meanwhile.
     proxy.set(vec![
@@ -213,7 +213,7 @@ async fn kinesis_read_failures_are_retried_in_place_and_deliver_nothing_twice() 
     }
     faults_applied(&proxy, 14).await;
     let back = tokio::time::Instant::now();
-    host.wait_for("every record", LIMIT, |log| { let seen = times_delivered(log); all.iter().all(|d| seen.contains_key(d)) }).await;
+    host.wait_for("every record", LIMIT, |log| processed(log, &all)).await;
     eprintln!("a burst of 14 failed GetRecords calls: every record processed {:?} after the last", back.elapsed());
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
@@ -264,7 +264,7 @@ async fn a_second_process_with_a_worker_id_in_use_refuses_to_start() {
     assert_eq!(count_lines(&log, "kcl_host::guest: initialize "), 0, "it processed nothing: {text}");
     // The first goes on as if nothing happened: its row and leases are its own.
     let after = one_each(&stream, &shards, "after").await;
-    first.wait_for("the new records", LIMIT, |log| { let seen = times_delivered(log); after.iter().all(|d| seen.contains_key(d)) }).await;
+    first.wait_for("the new records", LIMIT, |log| processed(log, &after)).await;
     let (status, log) = first.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
     assert!(leases(&aws.dynamodb, &application).await.iter().all(|l| l.owner.is_none()), "the first gave its leases back at its stop");
@@ -286,7 +286,7 @@ async fn a_busy_shard_is_read_at_most_three_times_a_second_and_throttling_backs_
         times: Some(2),
     }]);
     let mut host = start_through(&proxy, "KINESIS", "counter", &stream.name, &unique("pacing-app"), "worker-1", &["--max-records", "10"]);
-    host.wait_for("the backlog", LIMIT, |log| { let seen = times_delivered(log); records.iter().all(|d| seen.contains_key(d)) }).await;
+    host.wait_for("the backlog", LIMIT, |log| processed(log, &records)).await;
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
     let calls: Vec<_> = proxy.counts().requests.into_iter().filter(|r| r.operation == "GetRecords").collect();

@@ -76,6 +76,12 @@ async fn one_each(stream: &TestStream, shards: &[String], prefix: &str) -> Vec<S
     all
 }
 
+/// Whether every record whose data is in `data` was processed.
+fn processed(log: &[String], data: &[String]) -> bool {
+    let done: BTreeSet<String> = delivered(log).into_iter().map(|d| d.data).collect();
+    data.iter().all(|d| done.contains(d))
+}
+
 /// How often a worker's `log` says it judged another worker dead.
 fn judged_dead(log: &[String]) -> usize {
     log.iter().filter(|l| l.contains("the fleet changed") && l.contains("dead={\"worker-")).count()

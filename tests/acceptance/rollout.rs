@@ -87,12 +87,6 @@ async fn shard_ids(stream: &TestStream) -> Vec<String> {
     stream.shards().await.into_iter().map(|s| s.id).collect()
 }
 
-/// Whether every record whose data is in `data` was processed.
-fn processed(log: &[String], data: &[String]) -> bool {
-    let done: BTreeSet<String> = delivered(log).into_iter().map(|d| d.data).collect();
-    data.iter().all(|d| done.contains(d))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_second_swap_builds_on_the_version_before() {
     let aws = clients().await;
