@@ -24,8 +24,7 @@ use crate::records::{kpl, Batch, Position, Record};
 
 /// Kinesis allows 5 GetRecords calls per second per shard, across every
 /// application reading the stream. One call at most every 400 ms — at most
-/// 3 in any rolling second — leaves the other 2 to a second application
-/// (Java KCL's polling reader leaves the same room by default).
+/// 3 in any rolling second — leaves the other 2 to a second application.
 const MIN_CALL_INTERVAL: Duration = Duration::from_millis(400);
 /// After a throttled call: waits at least as long as the SDK's standard
 /// retry would (which is off for GetRecords: this reader paces itself).
