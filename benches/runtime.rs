@@ -9,7 +9,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use kcl_example_json_aggregate::Totals;
 use kcl_host::records::{Batch, Position, Record};
-use kcl_host::runtime::bindings::ShardInfo;
+use kcl_host::runtime::ShardInfo;
 use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInstance};
 use kcl_testkit::guest;
 
@@ -46,12 +46,7 @@ fn batch() -> Batch {
 }
 
 fn shard(id: &str) -> ShardInfo {
-    ShardInfo {
-        stream_name: "bench".into(),
-        shard_id: id.into(),
-        starting_checkpoint: "TRIM_HORIZON".into(),
-        starting_sub_sequence_number: None,
-    }
+    ShardInfo::new("bench", id)
 }
 
 /// An initialized instance; the 0.1 guest does nothing on a shard named `noop`.

@@ -208,7 +208,7 @@ async fn a_table_that_is_not_a_lease_table_is_refused_by_name() {
 
 #[tokio::test]
 async fn a_deployed_component_larger_than_an_item_comes_back_whole_and_goes() {
-    use kcl_host::lease::components::{ComponentStore, CHUNK};
+    use kcl_host::swap::store::{ComponentStore, CHUNK};
     let aws = clients().await;
     let store = ComponentStore::new(aws.dynamodb.clone(), &unique("components"));
     store.ensure().await.unwrap();

@@ -87,6 +87,25 @@ impl Health {
 }
 
 /// Serves `listener` until the task is aborted.
+/// Starts the admin listener on `address`, when one is set; says where,
+/// and warns when it is reachable from other machines.
+pub async fn start(
+    address: Option<std::net::SocketAddr>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    swapper: Arc<Swapper>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+    let Some(address) = address else { return Ok(None) };
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|e| format!("cannot listen on --admin-listen {address}: {e}; choose a free address and port"))?;
+    if !address.ip().is_loopback() {
+        tracing::warn!("the admin listener is on {address}, not a loopback address: anyone who can reach it can read /metrics");
+    }
+    tracing::info!("admin listener on http://{address} (GET /metrics, GET /healthz, POST /swap)");
+    Ok(Some(tokio::spawn(tracing::Instrument::in_current_span(serve(listener, metrics, health, swapper)))))
+}
+
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>, swapper: Arc<Swapper>) {
     loop {
         let Ok((stream, peer)) = listener.accept().await else { continue };

@@ -20,7 +20,9 @@ use aws_smithy_types::DateTime;
 use tokio::time::Instant;
 
 use crate::aws::{AwsError, Service};
-use crate::fetch::{user_records, Fetched, Read, StartingPosition};
+use crate::backoff::Backoff;
+use crate::config::Retrieval;
+use crate::fetch::{user_records, Fetched, ShardReader, StartingPosition};
 use crate::records::kpl::HashRange;
 use crate::records::Position;
 
@@ -85,14 +87,14 @@ impl<S: Subscriptions> Subscriber<S> {
         if self.current.as_ref().is_some_and(|(_, opened)| opened.elapsed() >= SUBSCRIPTION_LIFETIME) {
             self.current = None;
         }
-        let mut backoff = IN_USE_BACKOFF.0;
+        let mut backoff = Backoff::new(IN_USE_BACKOFF.0, IN_USE_BACKOFF.1);
         while self.current.is_none() {
             match self.subscriptions.subscribe(&self.shard, &self.resume).await {
                 Ok(events) => self.current = Some((events, Instant::now())),
                 Err(SubscribeError::InUse) => {
-                    tracing::info!(shard = %self.shard, "the shard's previous subscription is still open; subscribing again in {backoff:?}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(IN_USE_BACKOFF.1);
+                    let wait = backoff.next_wait();
+                    tracing::info!(shard = %self.shard, "the shard's previous subscription is still open; subscribing again in {wait:?}");
+                    tokio::time::sleep(wait).await;
                 }
                 Err(SubscribeError::Failed(e)) => return Err(e),
             }
@@ -101,7 +103,7 @@ impl<S: Subscriptions> Subscriber<S> {
     }
 }
 
-impl<S: Subscriptions> Read for Subscriber<S> {
+impl<S: Subscriptions> ShardReader for Subscriber<S> {
     async fn next(&mut self) -> Result<Fetched, AwsError> {
         loop {
             let event = match self.events().await?.next().await {
@@ -131,6 +133,17 @@ impl<S: Subscriptions> Read for Subscriber<S> {
             return Ok(Fetched { batch, shard_end, calls: 0, throttles: 0 });
         }
     }
+}
+
+/// The subscriptions a worker reads through with enhanced fan-out, the
+/// application's stream consumer registered first; `None` when it polls.
+pub async fn subscriptions(retrieval: Retrieval, client: &Client, stream: &str, application: &str) -> Result<Option<KinesisSubscriptions>, AwsError> {
+    if retrieval == Retrieval::Polling {
+        return Ok(None);
+    }
+    let consumer_arn = register_consumer(client, stream, application).await?;
+    tracing::info!(consumer = %consumer_arn, "reading with enhanced fan-out");
+    Ok(Some(KinesisSubscriptions { client: client.clone(), consumer_arn, stream: stream.to_owned() }))
 }
 
 /// The application's stream consumer: registered on first use (by any

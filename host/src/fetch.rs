@@ -71,7 +71,7 @@ impl StartingPosition {
 
 /// A shard's reader, by GetRecords ([`Fetcher`]) or by an enhanced fan-out
 /// subscription ([`crate::fanout::Subscriber`]).
-pub trait Read: Send + 'static {
+pub trait ShardReader: Send + 'static {
     /// The next records, waiting while the shard has none. Cancel-safe: the
     /// read position only moves when records are returned.
     fn next(&mut self) -> impl std::future::Future<Output = Result<Fetched, AwsError>> + Send;
@@ -81,7 +81,7 @@ pub trait Read: Send + 'static {
 /// read overlaps the processor's call, in order, exactly one batch ahead. A
 /// shard therefore holds at most two responses in memory (the batch being
 /// processed and the next one), each at most 10 MB / `max_records` records.
-pub fn prefetch(mut reader: impl Read) -> Prefetch {
+pub fn prefetch(mut reader: impl ShardReader) -> Prefetch {
     let (tx, batches) = mpsc::channel(1);
     let read_ahead = async move {
         loop {
@@ -349,7 +349,7 @@ pub async fn millis_behind(client: &Client, stream: &str, shard: &str, start: St
     Ok(Some(output.millis_behind_latest().unwrap_or(0).max(0) as u64))
 }
 
-impl Read for Fetcher {
+impl ShardReader for Fetcher {
     async fn next(&mut self) -> Result<Fetched, AwsError> {
         self.read().await
     }

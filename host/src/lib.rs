@@ -11,6 +11,7 @@ pub mod aws;
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod fanout;
 pub mod fetch;
 pub mod init;

@@ -7,7 +7,7 @@ use kcl_host::aws::{AwsClients, AwsError, Service};
 use kcl_host::cli::{Cli, Command, DeployArgs, LogFormat, ReplayArgs, RunArgs, StatusArgs};
 use kcl_host::config::{duration, Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
-use kcl_host::runtime::bindings::ShardInfo;
+use kcl_host::runtime::ShardInfo;
 use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
 use kcl_host::swap::Swapper;
 use tracing::Instrument;
@@ -87,12 +87,7 @@ async fn run_replay(args: ReplayArgs) -> Result<(), String> {
     let config = RuntimeConfig { max_instances: 2, ..args.runtime.config().map_err(|e| e.to_string())? };
     let runtime = Runtime::new(config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
-    let shard = ShardInfo {
-        stream_name: args.stream,
-        shard_id: args.shard_id,
-        starting_checkpoint: "TRIM_HORIZON".into(),
-        starting_sub_sequence_number: None,
-    };
+    let shard = ShardInfo::new(args.stream, args.shard_id);
     match replay::replay(&processor, shard, records, args.batch_size as usize, true).await {
         Ok(report) => {
             print_summary(&report);

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use crate::records::{kpl, Batch, Position, Record};
-use crate::runtime::bindings::{ShardInfo, ShutdownReason};
+use crate::runtime::{ShardInfo, ShutdownReason};
 use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor};
 
 /// One input line, as the user writes it.

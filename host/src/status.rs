@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::aws::AwsClients;
 use crate::fetch::StartingPosition;
-use crate::lease::control::{ControlTable, Version};
+use crate::control::{ControlTable, Version};
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::rules::is_ready;
 use crate::lease::{Checkpoint, LeaseError, LeaseStore};

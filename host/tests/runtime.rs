@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kcl_host::runtime::bindings::ShutdownReason;
+use kcl_host::runtime::ShutdownReason;
 use kcl_host::records::Position;
 use kcl_host::runtime::{CallError, CheckpointFuture, CheckpointSink, LoadError, Processor, RuntimeConfig};
 use support::{batch, guest, load, runtime, shard, Logs};

@@ -357,7 +357,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     let no_stream = format!("Kinesis stream `{missing_stream}` does not exist in this account and region; check --stream and AWS_REGION (looked in region `us-east-1` at `http");
     // A table keyed otherwise (a control table), and one that does not exist, given to `status`.
     let other = unique("not-a-lease-table");
-    kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), &other).ensure().await.unwrap();
+    kcl_host::control::ControlTable::new(aws.dynamodb.clone(), &other).ensure().await.unwrap();
     let other = format!("{other}-KclHostControl");
     let no_table = unique("no-such-table");
     let long_application = "a".repeat(250);
@@ -764,11 +764,11 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
         row("f-stale", Some("kcl-dead"), Checkpoint::TrimHorizon, &[]),
     ];
     write_leases(&aws.dynamodb, &application, &rows).await;
-    let control = kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), &application);
+    let control = kcl_host::control::ControlTable::new(aws.dynamodb.clone(), &application);
     control.ensure().await.unwrap();
-    let running = kcl_host::lease::control::Version { hash: "abc".into(), source: "/p.wasm".into(), component: Some("orders@1.3.0".into()) };
+    let running = kcl_host::control::Version { hash: "abc".into(), source: "/p.wasm".into(), component: Some("orders@1.3.0".into()) };
     control.beat("kcl-1", &running, "test pid 1", true).await.unwrap();
-    let wanted = kcl_host::lease::control::Version { hash: "def".into(), source: "/q.wasm".into(), component: None };
+    let wanted = kcl_host::control::Version { hash: "def".into(), source: "/q.wasm".into(), component: None };
     control.deploy(&wanted, Some(&running)).await.unwrap();
     let long_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() - 60_000;
     aws.dynamodb
@@ -1094,7 +1094,7 @@ fn log_processor_hash(log: &[String], needle: &str) -> String {
 /// Reads the control table until every heartbeat row of the application's
 /// `workers` reports `hash` (each is rewritten every third of the failover time).
 async fn heartbeats_report(aws: &AwsClients, application: &str, hash: &str, workers: usize) {
-    let control = kcl_host::lease::control::ControlTable::new(aws.dynamodb.clone(), application);
+    let control = kcl_host::control::ControlTable::new(aws.dynamodb.clone(), application);
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         let read = control.read().await.unwrap();

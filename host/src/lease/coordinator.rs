@@ -1,309 +1,19 @@
-//! Applies the lease rules through a [`LeaseStore`]: take passes, renewals,
-//! eviction, and the fenced checkpoint writes of the leases this worker holds.
+//! Applies the lease rules through a [`LeaseStore`]: take passes,
+//! eviction, and the leases this worker holds ([`HeldLease`], renewed by a
+//! [`Renewer`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 // tokio's clock: the lease simulation runs it paused, as a virtual clock.
 use tokio::time::Instant;
 
-use tokio::sync::{watch, Mutex};
-
+pub use super::held::HeldLease;
+pub use super::held::{CheckpointFailure, Liveness};
+use super::renewer::{lock, HeldMap};
+pub use super::renewer::Renewer;
 use super::rules::{self, ExpiryTracker, Fleet, TakeSettings, View};
-use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
-
-/// Why a checkpoint write did not happen.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum CheckpointFailure {
-    #[error("the lease is no longer held by this worker")]
-    LeaseLost,
-    #[error("the lease table could not be written: {0}")]
-    Unavailable(String),
-}
-
-/// This worker's heartbeat. Other kcl-host workers take every lease of a
-/// worker whose heartbeat stopped for the failover time, so no lease is
-/// valid once the heartbeat is that old. Before the first heartbeat (and
-/// where none is kept, as in unit tests) only the lease's own renewals count.
-#[derive(Debug)]
-pub struct Liveness {
-    valid_until: StdMutex<Option<Instant>>,
-    failover_time: Duration,
-}
-
-impl Liveness {
-    /// Records a heartbeat write that succeeded; `sent` is when it was sent.
-    pub fn beat(&self, sent: Instant) {
-        *self.valid_until.lock().expect("not poisoned") = Some(sent + self.failover_time);
-    }
-
-    /// No lease is valid any more (another process took this worker's id):
-    /// only a later successful beat, which will not come, could change that.
-    pub fn revoke(&self) {
-        *self.valid_until.lock().expect("not poisoned") = Some(Instant::now());
-    }
-
-    /// Whether the last heartbeat is recent enough (or none is kept).
-    pub fn is_valid(&self, now: Instant) -> bool {
-        self.valid_until.lock().expect("not poisoned").is_none_or(|until| now < until)
-    }
-}
-
-/// A lease this worker holds, shared by the coordinator (which renews it)
-/// and the shard's consumer (which checkpoints through it). Writes are
-/// serialized so each one is conditional on the counter the last one left.
-pub struct HeldLease<S> {
-    /// Unique per take: a lease taken again is a new `HeldLease`.
-    id: u64,
-    key: String,
-    store: Arc<S>,
-    lease: Mutex<Lease>,
-    /// After this instant another worker may consider the lease expired:
-    /// the last successful write's send time plus the failover time.
-    valid_until: StdMutex<Instant>,
-    lost: watch::Sender<bool>,
-    /// A stolen lease may still look valid to its previous owner until one
-    /// failover time after the steal: delivery waits until then.
-    deliver_after: Instant,
-    stolen: bool,
-    liveness: Arc<Liveness>,
-    settings: TakeSettings,
-}
-
-impl<S: LeaseStore> HeldLease<S> {
-    fn new(id: u64, store: Arc<S>, lease: Lease, sent: Instant, stolen: bool, liveness: Arc<Liveness>, settings: TakeSettings) -> Self {
-        Self {
-            id,
-            liveness,
-            deliver_after: if stolen { sent + settings.failover_time } else { sent },
-            stolen,
-            key: lease.key.clone(),
-            store,
-            valid_until: StdMutex::new(sent + settings.failover_time),
-            lease: Mutex::new(lease),
-            lost: watch::channel(false).0,
-            settings,
-        }
-    }
-
-    /// The shard id.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// Tells this take of the lease from any other take of the same shard.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Whether this take stole the lease from a live worker.
-    pub fn was_stolen(&self) -> bool {
-        self.stolen
-    }
-
-    /// The lease as last written by this worker.
-    pub async fn snapshot(&self) -> Lease {
-        self.lease.lock().await.clone()
-    }
-
-    /// When delivery may start: at once, or for a stolen lease once the
-    /// previous owner has surely stopped.
-    pub fn deliver_after(&self) -> Instant {
-        self.deliver_after
-    }
-
-    /// Whether records may still be delivered: not lost, and renewed (and
-    /// heartbeat) recently enough that no other worker can have taken it.
-    pub fn is_valid(&self) -> bool {
-        let now = Instant::now();
-        !*self.lost.borrow() && now < *self.valid_until.lock().expect("not poisoned") && self.liveness.is_valid(now)
-    }
-
-    /// Whether the last successful write was sent after `instant`.
-    fn written_after(&self, instant: Instant) -> bool {
-        *self.valid_until.lock().expect("not poisoned") > instant + self.settings.failover_time
-    }
-
-    /// Resolves once the lease is lost.
-    pub fn lost(&self) -> watch::Receiver<bool> {
-        self.lost.subscribe()
-    }
-
-    fn mark_lost(&self) {
-        self.lost.send_replace(true);
-    }
-
-    /// Writes a checkpoint, fenced by owner and counter.
-    pub async fn checkpoint(&self, checkpoint: Checkpoint, children: &BTreeSet<String>) -> Result<(), CheckpointFailure> {
-        let mut lease = self.lease.lock().await;
-        if !self.is_valid() {
-            return Err(CheckpointFailure::LeaseLost);
-        }
-        let sent = Instant::now();
-        match self.store.checkpoint(&lease, &checkpoint, children).await {
-            Ok(Some(updated)) => {
-                self.written(&mut lease, updated, sent);
-                Ok(())
-            }
-            Ok(None) => {
-                self.mark_lost();
-                Err(CheckpointFailure::LeaseLost)
-            }
-            Err(e) => Err(CheckpointFailure::Unavailable(e.to_string())),
-        }
-    }
-
-    /// Keeps the row a successful write left, and extends validity from when
-    /// that write was sent.
-    fn written(&self, lease: &mut Lease, updated: Lease, sent: Instant) {
-        *lease = updated;
-        *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
-    }
-
-    /// Bumps the counter.
-    async fn renew(&self) -> Renewal {
-        let mut lease = self.lease.lock().await;
-        // Without a heartbeat the others take this lease anyway.
-        if *self.lost.borrow() || !self.liveness.is_valid(Instant::now()) {
-            return Renewal::Lost;
-        }
-        let sent = Instant::now();
-        match self.store.renew(&lease).await {
-            Ok(Some(updated)) => {
-                self.written(&mut lease, updated, sent);
-                Renewal::Renewed
-            }
-            Ok(None) => Renewal::Lost,
-            Err(e) => {
-                tracing::warn!(shard = %self.key, "could not renew the lease: {e}");
-                Renewal::Failed
-            }
-        }
-    }
-}
-
-/// Renews `lease`, giving up when its validity ends (a write still out
-/// then cannot save it).
-async fn renew_by_deadline<S: LeaseStore>(lease: Arc<HeldLease<S>>) -> (Renewal, Arc<HeldLease<S>>) {
-    let deadline = *lease.valid_until.lock().expect("not poisoned");
-    let renewal = tokio::time::timeout_at(deadline, lease.renew()).await.unwrap_or(Renewal::Failed);
-    (renewal, lease)
-}
-
-/// How one renewal went.
-enum Renewal {
-    Renewed,
-    /// Taken by another worker, or not renewable in time.
-    Lost,
-    /// The write failed; the lease is lost only once its validity runs out.
-    Failed,
-}
-
-/// The leases this worker holds, shared by the coordinator and its renewer.
-type Held<S> = Arc<StdMutex<HashMap<String, Arc<HeldLease<S>>>>>;
-
-/// The held map; no code panics while holding it.
-fn lock<S>(held: &Held<S>) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HeldLease<S>>>> {
-    held.lock().expect("not poisoned")
-}
-
-/// Renews the leases a [`Coordinator`] holds; runs in a task of its own so a
-/// slow take pass, shard sync or ListShards never delays a renewal.
-pub struct Renewer<S> {
-    held: Held<S>,
-    /// The renewal period: a lease a checkpoint wrote within half of it
-    /// needs no renewal yet.
-    every: Duration,
-    /// Renewal writes that failed, so far.
-    failed: std::sync::atomic::AtomicU64,
-}
-
-impl<S: LeaseStore> Renewer<S> {
-    /// Renews every held lease at once (one slow write does not hold up the
-    /// others), except those a checkpoint wrote within the last half
-    /// renewal period (so the longest gap between writes is one and a half
-    /// periods); returns, and forgets, the ones lost.
-    pub async fn renew_all(&self) -> Vec<Arc<HeldLease<S>>> {
-        let mut renewals = tokio::task::JoinSet::new();
-        for lease in self.due() {
-            renewals.spawn(renew_by_deadline(lease));
-        }
-        let mut lost = Vec::new();
-        while let Some(renewal) = renewals.join_next().await {
-            let (renewal, lease) = renewal.expect("a renewal does not panic");
-            if self.settle(renewal, &lease) {
-                lost.push(lease);
-            }
-        }
-        lost
-    }
-
-    /// Renews the held leases every period until the task is aborted, each
-    /// renewal on its own: a slow write holds up neither the others nor the
-    /// next round (its lease is skipped while the write is out), and is given
-    /// up when the lease's validity ends. `on_failed` hears of each renewal
-    /// write that failed, `on_lost` of each lease lost.
-    pub async fn run(&self, mut on_failed: impl FnMut(), mut on_lost: impl FnMut(&HeldLease<S>)) {
-        let mut tick = tokio::time::interval(self.every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.reset();
-        let mut renewals = tokio::task::JoinSet::new();
-        let mut out = HashSet::new();
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {
-                    for lease in self.due() {
-                        if out.insert(lease.id) {
-                            renewals.spawn(renew_by_deadline(lease));
-                        }
-                    }
-                }
-                Some(renewal) = renewals.join_next() => {
-                    let (renewal, lease) = renewal.expect("a renewal does not panic");
-                    out.remove(&lease.id);
-                    if matches!(renewal, Renewal::Failed) {
-                        on_failed();
-                    }
-                    if self.settle(renewal, &lease) {
-                        on_lost(&lease);
-                    }
-                }
-            }
-        }
-    }
-
-    /// The held leases a checkpoint did not write within half a period.
-    fn due(&self) -> Vec<Arc<HeldLease<S>>> {
-        let recently = Instant::now().checked_sub(self.every / 2);
-        lock(&self.held).values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect()
-    }
-
-    /// Counts a failed renewal; `true` when the lease is lost (and then forgotten).
-    fn settle(&self, renewal: Renewal, lease: &Arc<HeldLease<S>>) -> bool {
-        let lost = match renewal {
-            Renewal::Renewed => false,
-            Renewal::Lost => true,
-            Renewal::Failed => {
-                self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                !lease.is_valid()
-            }
-        };
-        if lost {
-            lease.mark_lost();
-            let mut held = lock(&self.held);
-            // Only this take: the shard may have been taken again meanwhile.
-            if held.get(lease.key()).is_some_and(|current| Arc::ptr_eq(current, lease)) {
-                held.remove(lease.key());
-            }
-        }
-        lost
-    }
-
-    /// Renewal writes that failed so far.
-    pub fn failed(&self) -> u64 {
-        self.failed.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
+use super::{Lease, LeaseError, LeaseScan, LeaseStore};
 
 /// Takes, renews and releases this worker's leases.
 pub struct Coordinator<S> {
@@ -311,7 +21,7 @@ pub struct Coordinator<S> {
     worker_id: String,
     settings: TakeSettings,
     tracker: ExpiryTracker,
-    held: Held<S>,
+    held: HeldMap<S>,
     /// Held leases being given back to balance the fleet.
     releasing: HashSet<String>,
     fleet: Fleet,
@@ -349,10 +59,10 @@ impl<S: LeaseStore> Coordinator<S> {
             worker_id: worker_id.into(),
             settings: settings.clone(),
             tracker: ExpiryTracker::default(),
-            held: Held::default(),
+            held: HeldMap::default(),
             releasing: HashSet::new(),
             fleet: Fleet::default(),
-            liveness: Arc::new(Liveness { valid_until: StdMutex::new(None), failover_time: settings.failover_time }),
+            liveness: Arc::new(Liveness::new(settings.failover_time)),
             leases: Vec::new(),
             next_expiry: None,
             rng: fastrand::Rng::new(),
@@ -537,6 +247,7 @@ impl<S: LeaseStore> Coordinator<S> {
 mod tests {
     use super::*;
     use crate::lease::memory::MemoryStore;
+    use std::collections::BTreeSet;
     use crate::lease::Checkpoint;
 
     #[tokio::test]

@@ -5,16 +5,16 @@
 //! functions of the table's contents and a clock, tested against an
 //! in-memory table; [`coordinator`] applies them through a [`LeaseStore`].
 
-pub mod components;
-pub mod control;
 pub mod coordinator;
 pub mod dynamo;
+mod held;
 #[cfg(test)]
 pub(crate) mod memory;
+mod renewer;
 pub mod rules;
 #[cfg(test)]
 mod simulation;
-mod table;
+pub(crate) mod table;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::control::{FleetWatch, Heartbeat};
+use crate::control::{FleetWatch, Heartbeat};
 use super::coordinator::{Coordinator, HeldLease};
 use super::memory::MemoryStore;
 use super::rules::{is_ready, TakeSettings};

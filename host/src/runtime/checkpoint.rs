@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::bindings::CheckpointError;
+use super::CheckpointError;
 use crate::records::{Batch, Position, Positions};
 
 /// The future a [`CheckpointSink`] returns.

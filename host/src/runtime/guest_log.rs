@@ -12,7 +12,7 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-use super::bindings::LogLevel;
+use super::LogLevel;
 
 /// Log target of every event a guest causes, so operators can filter on it.
 pub const GUEST_TARGET: &str = "kcl_host::guest";

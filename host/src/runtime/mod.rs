@@ -10,13 +10,18 @@
 //! network, environment or arguments. Its stdout/stderr and `log` calls go to
 //! the host log tagged with the shard id.
 
-pub mod bindings;
+mod bindings;
 mod cache;
 mod checkpoint;
+mod contract;
+mod error;
 mod guest_log;
+mod host;
 mod instance;
 mod metadata;
 mod processor;
+mod store;
+mod v0_1;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,15 +29,30 @@ use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+pub use bindings::v0_2::kcl::processor::log::Level as LogLevel;
+pub use bindings::v0_2::kcl::processor::types::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
 pub use checkpoint::{CheckpointFuture, CheckpointSink};
+pub use error::CallError;
 pub use guest_log::GUEST_TARGET;
-pub use instance::{CallError, ShardInstance};
+pub use instance::ShardInstance;
 pub use metadata::ComponentMetadata;
 pub use processor::{LoadError, Processor};
 
 /// How often the epoch advances: a running guest yields to the async
 /// runtime, and its call deadline is checked, once per tick.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+impl ShardInfo {
+    /// A shard never checkpointed, delivered from its oldest record.
+    pub fn new(stream_name: impl Into<String>, shard_id: impl Into<String>) -> Self {
+        Self {
+            stream_name: stream_name.into(),
+            shard_id: shard_id.into(),
+            starting_checkpoint: "TRIM_HORIZON".into(),
+            starting_sub_sequence_number: None,
+        }
+    }
+}
 
 /// Limits and settings shared by every instance of a [`Runtime`].
 #[derive(Clone, Debug)]

@@ -7,12 +7,15 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::Component;
 
-use super::bindings::{v0_1, v0_2, RECORD_PROCESSOR_EXPORTS};
-use super::instance::{NoCheckpoints, ShardState};
+use super::checkpoint::CheckpointSink;
+use super::contract::{self, Pre, RECORD_PROCESSOR_EXPORTS};
+use super::guest_log::Speaker;
 use super::metadata::ComponentMetadata;
-use super::{cache, Runtime};
+use super::store::{self, Limits, NoCheckpoints};
+use super::{cache, CallError, Runtime, ShardInfo, ShardInstance, ShutdownReason};
+use crate::records::Position;
 
 /// Why a processor could not be loaded. Each message names the file, what is
 /// wrong with it, and what to do.
@@ -76,12 +79,6 @@ struct Inner {
     described: String,
 }
 
-/// A component ready to instantiate, by the contract version it implements.
-pub(crate) enum Pre {
-    V0_2(v0_2::ProcessorPre<ShardState>),
-    V0_1(v0_1::ProcessorPre<ShardState>),
-}
-
 impl Processor {
     /// Loads, checks and compiles the component at `path`.
     pub async fn load(runtime: &Runtime, path: &Path) -> Result<Self, LoadError> {
@@ -107,13 +104,10 @@ impl Processor {
         };
         let (version, export) = contract(runtime, &path, &component)?;
 
-        let linker = linker(runtime).expect("the host's own imports link");
+        let linker = contract::linker(runtime).expect("the host's own imports link");
         let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld { path: path.clone(), version, reason: format!("{e:#}") };
         let pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
-        let pre = match version {
-            "0.1.0" => Pre::V0_1(v0_1::ProcessorPre::new(pre).map_err(wrong_world)?),
-            _ => Pre::V0_2(v0_2::ProcessorPre::new(pre).map_err(wrong_world)?),
-        };
+        let pre = Pre::new(version, pre).map_err(wrong_world)?;
         let hash: String = Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect();
         let stamped = ComponentMetadata::read(bytes).label();
         let described = stamped.as_ref().map_or_else(|| hash.clone(), |stamped| format!("{hash} ({stamped})"));
@@ -132,12 +126,32 @@ impl Processor {
         Ok(processor)
     }
 
-    pub(crate) fn runtime(&self) -> &Runtime {
-        &self.inner.runtime
+    /// A fresh instance for `shard`, whose checkpoints go to `sink`.
+    /// `last_checkpoint` is where the shard was last checkpointed, if at a
+    /// record; checkpoints before it are refused.
+    pub async fn instantiate(
+        &self,
+        shard: &str,
+        sink: Box<dyn CheckpointSink>,
+        last_checkpoint: Option<Position>,
+    ) -> Result<ShardInstance, CallError> {
+        let runtime = &self.inner.runtime;
+        let speaker = Speaker { shard: shard.into(), processor: self.describe().into() };
+        let mut store = store::new_store(runtime, speaker, sink, last_checkpoint);
+        let limits = Limits::of(runtime);
+        match self.inner.pre.instantiate(&mut store).await {
+            Ok(exports) => Ok(ShardInstance::new(store, exports, limits)),
+            Err(e) => Err(limits.classify(e, &store)),
+        }
     }
 
-    pub(crate) fn pre(&self) -> &Pre {
-        &self.inner.pre
+    /// Starts a throwaway instance and calls `initialize` on it, then
+    /// `shutdown(requested)`: what a swap checks before touching any shard.
+    pub async fn check_initialize(&self) -> Result<(), CallError> {
+        // Its log lines say whose they are: no shard's.
+        let mut instance = self.instantiate("(test instance)", Box::new(NoCheckpoints), None).await?;
+        instance.initialize(&ShardInfo::new("test-instance", "test-instance")).await?;
+        instance.shutdown(ShutdownReason::Requested).await
     }
 
     /// Names this component in logs and metrics: the start of its SHA-256.
@@ -159,10 +173,7 @@ impl Processor {
 
     /// The `kcl:processor` contract version the component implements.
     pub fn contract_version(&self) -> &'static str {
-        match self.inner.pre {
-            Pre::V0_2(_) => "0.2.0",
-            Pre::V0_1(_) => "0.1.0",
-        }
+        self.inner.pre.version()
     }
 }
 
@@ -232,16 +243,6 @@ fn describe_functions(runtime: &Runtime, component: &Component, export: &str) ->
         })
         .collect();
     functions.join(", ")
-}
-
-/// WASI (p2, sandboxed by each store's context) plus the `kcl:processor`
-/// imports of both contract versions.
-fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<ShardState>> {
-    let mut linker = Linker::new(runtime.engine());
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    v0_2::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
-    v0_1::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
-    Ok(linker)
 }
 
 #[cfg(test)]

@@ -9,13 +9,47 @@ use std::sync::{Arc, Mutex};
 
 use super::Swapper;
 use crate::aws::AwsError;
-use crate::lease::components::ComponentStore;
-use crate::lease::control::{ControlTable, Deployed, Heartbeat, Version};
+use crate::swap::store::ComponentStore;
+use crate::control::{ControlTable, Deployed, Heartbeat, Version};
 use crate::lease::LeaseError;
 use crate::runtime::{Processor, Runtime, RuntimeConfig};
 
 /// The `deploy` row versions a worker acted on (so a bad one is tried once).
 pub type Tried = Arc<Mutex<HashSet<String>>>;
+
+/// A worker following the `deploy` row: loading and checking a version
+/// takes seconds, so each runs in a task off the worker's loop, one at a time.
+pub struct Follower {
+    swapper: Arc<Swapper>,
+    components: ComponentStore,
+    tried: Tried,
+    following: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Follower {
+    /// Follows the row for `swapper`, loading versions from `components`.
+    pub fn new(swapper: Arc<Swapper>, components: ComponentStore) -> Self {
+        Self { swapper, components, tried: Tried::default(), following: None }
+    }
+
+    /// Before any shard starts: runs the deployed version, if there is one.
+    pub async fn start(&self, deployed: Option<&Deployed>) {
+        if let Some(deployed) = deployed {
+            start_with_deployed(deployed, &self.swapper, &self.components, &self.tried).await;
+        }
+    }
+
+    /// The row as a heartbeat read found it: follows it unless the last
+    /// version is still being loaded.
+    pub fn read(&mut self, deployed: Option<Deployed>) {
+        let Some(deployed) = deployed.filter(|_| self.following.as_ref().is_none_or(|task| task.is_finished())) else {
+            return;
+        };
+        let (swapper, components, tried) = (self.swapper.clone(), self.components.clone(), self.tried.clone());
+        let follow = async move { follow(&deployed, &swapper, &components, &tried).await };
+        self.following = Some(tokio::spawn(tracing::Instrument::in_current_span(follow)));
+    }
+}
 
 /// Swaps to the version the `deploy` row names, when it is not running (and
 /// was not tried already).

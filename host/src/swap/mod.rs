@@ -7,6 +7,7 @@
 
 pub mod fleet;
 pub mod rollout;
+pub mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,10 +15,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::lease::control::Version;
+use crate::control::Version;
 use crate::records::Batch;
 use crate::replay;
-use crate::runtime::bindings::ShardInfo;
+use crate::runtime::ShardInfo;
 use crate::runtime::{Processor, Runtime};
 
 /// How many versions a worker keeps compiled for a `deploy` to return to.
@@ -161,12 +162,7 @@ impl Swapper {
     async fn check(&self, candidate: &Processor) -> Result<(), String> {
         candidate.check_initialize().await.map_err(|e| format!("its initialize failed in a test instance: {e}"))?;
         let Some(records) = &self.canary_input else { return Ok(()) };
-        let shard = ShardInfo {
-            stream_name: "swap-canary-input".into(),
-            shard_id: "swap-canary-input".into(),
-            starting_checkpoint: "TRIM_HORIZON".into(),
-            starting_sub_sequence_number: None,
-        };
+        let shard = ShardInfo::new("swap-canary-input", "swap-canary-input");
         replay::replay(candidate, shard, records.clone(), 500, false)
             .await
             .map(|_| ())

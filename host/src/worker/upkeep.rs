@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::WorkerError;
 use crate::aws::{AwsClients, AwsError, Service};
 use crate::config::WorkerConfig;
-use crate::lease::control::{self, ControlTable};
+use crate::control::{self, ControlTable};
 use crate::lease::coordinator::{HeldLease, Liveness, Renewer};
 use crate::lease::{Lease, LeaseError, LeaseStore};
 use crate::metrics::Metrics;

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use kcl_host::records::{Batch, Record};
-use kcl_host::runtime::bindings::ShardInfo;
+use kcl_host::runtime::ShardInfo;
 use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
 
 pub use kcl_testkit::{guest, test_cache_dir};
@@ -20,12 +20,7 @@ pub async fn load(name: &str) -> Processor {
 }
 
 pub fn shard(id: &str) -> ShardInfo {
-    ShardInfo {
-        stream_name: "test".into(),
-        shard_id: id.into(),
-        starting_checkpoint: "TRIM_HORIZON".into(),
-        starting_sub_sequence_number: None,
-    }
+    ShardInfo::new("test", id)
 }
 
 /// Records with the given payloads and sequence numbers `first`, `first + 1`, ...

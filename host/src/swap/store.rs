@@ -13,8 +13,8 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 
-use super::table::KeyedTable;
-use super::LeaseError;
+use crate::lease::table::KeyedTable;
+use crate::lease::LeaseError;
 
 /// Most component bytes in one row.
 pub const CHUNK: usize = 350_000;

@@ -13,7 +13,7 @@
 //! The `deploy` row (written by `kcl-host deploy`) names the processor every
 //! worker should run: `hash` (the start of its SHA-256) and `source` (where
 //! it is stored, `dynamodb://<application>-KclHostComponents/<hash>` (see
-//! [`super::components`]), or a path), and the version before it as
+//! [`crate::swap::store`]), or a path), and the version before it as
 //! `previousHash` / `previousSource` for `--rollback`.
 //!
 //! Why a heartbeat: one small row per worker, read strongly consistent every
@@ -30,9 +30,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
-use super::rules::{ExpiryTracker, Fleet};
-use super::table::KeyedTable;
-use super::LeaseError;
+use crate::lease::rules::{ExpiryTracker, Fleet};
+use crate::lease::table::KeyedTable;
+use crate::lease::LeaseError;
 
 /// Prefix of a worker's heartbeat row key.
 const WORKER: &str = "worker/";

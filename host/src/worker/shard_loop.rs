@@ -1,5 +1,7 @@
-//! One leased shard: a processor instance fed from a fetcher, restarted from
-//! the last checkpoint when it fails, and shut down for the right reason.
+//! One leased shard's loop: a processor instance fed from the shard's
+//! reader, restarted from the last checkpoint when it fails (as
+//! [`FailurePolicy`] says), swapped between batches, and shut down for the
+//! right reason.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,22 +10,27 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::swap::rollout::CallReport;
+use super::policy::{BatchAction, FailurePolicy};
 use super::redelivery::{Budget, Unacknowledged};
-
 use crate::aws::AwsError;
-use crate::backoff::Backoff;
-use crate::fanout::{KinesisSubscriptions, Subscriber};
-use crate::fetch::{self, Fetched, FetchSettings, Fetcher, StartingPosition};
+use crate::fetch::{Fetched, Prefetch, StartingPosition};
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
-use crate::runtime::bindings::{CheckpointError, ShardInfo, ShutdownReason};
-use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor, ShardInstance};
+use crate::runtime::{CheckpointError, CheckpointFuture, CheckpointSink, Processor, ShardInfo, ShardInstance, ShutdownReason};
+use crate::swap::rollout::CallReport;
 
-/// How a consumer ended.
+/// Opens a shard's reader for each attempt: Kinesis (GetRecords or
+/// enhanced fan-out) in a worker, a script in the unit tests.
+pub trait OpenReader: Send + Sync {
+    /// A reader of `shard` from `start`; `range` is the lease's hash key
+    /// range, for a KPL aggregate that spans a reshard.
+    fn open(&self, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Prefetch;
+}
+
+/// How a shard's loop ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// Every record delivered, `shutdown(shard-end)` ok, `SHARD_END` written.
@@ -37,40 +44,28 @@ pub enum Outcome {
     Refused(String),
 }
 
-/// What a consumer needs, shared with the worker.
-pub struct Consumer<S> {
+/// What a shard's loop needs, shared with the worker.
+pub struct ShardLoop<S> {
     /// The processor to run; a new value is a swap, done at the next batch boundary.
     pub processor: watch::Receiver<Processor>,
-    pub kinesis: aws_sdk_kinesis::Client,
+    /// Where the shard's records come from.
+    pub reader: Arc<dyn OpenReader>,
+    /// The stream's name, for the processor's `shard-info`.
     pub stream: String,
+    /// `--initial-timestamp`, for a lease that starts AT_TIMESTAMP.
     pub initial_timestamp_ms: Option<i64>,
-    pub fetch: FetchSettings,
-    /// Set for enhanced fan-out: read through this consumer's subscriptions.
-    pub fan_out: Option<KinesisSubscriptions>,
+    /// The lease this loop runs under.
     pub held: Arc<HeldLease<S>>,
+    /// Raised when the worker stops (or gives this lease back).
     pub stop: watch::Receiver<bool>,
     /// Records delivered and acknowledged by the processor.
     pub delivered: Arc<AtomicU64>,
+    /// The shard's metrics.
     pub metrics: ShardMetrics,
     /// How each call of each processor version went, for the rollout.
     pub reports: mpsc::UnboundedSender<CallReport>,
     /// What all shards may keep for re-delivery after a swap.
     pub redelivery: Arc<Budget>,
-}
-
-/// First and longest wait before restarting a failed processor.
-const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
-/// An attempt that ran this long was healthy: the next failure starts the
-/// backoff over.
-const HEALTHY: Duration = Duration::from_secs(60);
-
-/// The wait before restarting a failed processor: doubling up to a cap, and
-/// back to the start after a healthy attempt.
-fn restart_wait(backoff: &mut Backoff, lasted: Duration) -> Duration {
-    if lasted >= HEALTHY {
-        backoff.reset();
-    }
-    backoff.next_wait()
 }
 
 /// Why one attempt at the shard ended early.
@@ -79,7 +74,7 @@ enum Interrupt {
     Failed(String),
 }
 
-impl<S: LeaseStore> Consumer<S> {
+impl<S: LeaseStore> ShardLoop<S> {
     /// Runs the shard until it ends, the lease is lost, or the worker stops.
     pub async fn run(self) -> Outcome {
         let shard = self.held.key().to_owned();
@@ -90,18 +85,18 @@ impl<S: LeaseStore> Consumer<S> {
                 return outcome;
             }
         }
-        let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
+        let mut policy = FailurePolicy::default();
         // Where the first failed attempt started delivering, for a lease with
         // no checkpoint yet at LATEST or AT_TIMESTAMP: a restart there again
         // would skip what that attempt was given.
         let mut first_delivered = None;
         loop {
-            let started = std::time::Instant::now();
-            let error = match self.attempt(&mut first_delivered).await {
+            policy.instance_started();
+            let error = match self.attempt(&mut policy, &mut first_delivered).await {
                 Interrupt::Done(outcome) => return outcome,
                 Interrupt::Failed(error) => error,
             };
-            let wait = restart_wait(&mut backoff, started.elapsed());
+            let wait = policy.restart_wait();
             self.metrics.restarted();
             tracing::warn!(shard = %shard, processor = self.processor.borrow().describe(), "{error}; restarting from the last checkpoint in {wait:?}");
             if let Some(outcome) = self.wait(wait).await {
@@ -135,7 +130,7 @@ impl<S: LeaseStore> Consumer<S> {
     /// One instance's life: from the last checkpoint until an outcome or a
     /// failure. `first_delivered` is where an earlier attempt without a
     /// checkpoint began, and is set by this one if it delivers first.
-    async fn attempt(&self, first_delivered: &mut Option<String>) -> Interrupt {
+    async fn attempt(&self, policy: &mut FailurePolicy, first_delivered: &mut Option<String>) -> Interrupt {
         let lease = self.held.snapshot().await;
         let shard_id = lease.key.clone();
         let (start, last_checkpoint) = match starting_position(&lease.checkpoint, first_delivered.as_deref(), self.initial_timestamp_ms) {
@@ -159,10 +154,7 @@ impl<S: LeaseStore> Consumer<S> {
         processor_rx.mark_unchanged();
         let mut unacknowledged = Unacknowledged::new(self.redelivery.clone());
         let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
-        let mut fetcher = match &self.fan_out {
-            Some(subscriptions) => fetch::prefetch(Subscriber::new(subscriptions.clone(), &shard_id, start, range)),
-            None => fetch::prefetch(Fetcher::new(self.kinesis.clone(), &self.stream, &shard_id, start, range, self.fetch.clone())),
-        };
+        let mut fetcher = self.reader.open(&shard_id, start, range);
         loop {
             // Between two batches: the next one, a stop, or a swap.
             let fetched = tokio::select! {
@@ -170,7 +162,7 @@ impl<S: LeaseStore> Consumer<S> {
                 outcome = self.interrupted() => return self.finish_outcome(&mut instance, outcome).await,
                 Ok(()) = processor_rx.changed() => {
                     running = processor_rx.borrow_and_update().clone();
-                    match self.swap(instance, &running, &checkpointed, &mut unacknowledged).await {
+                    match self.swap(instance, &running, policy, &checkpointed, &mut unacknowledged).await {
                         Ok(swapped) => instance = swapped,
                         Err(interrupt) => return interrupt,
                     }
@@ -193,7 +185,7 @@ impl<S: LeaseStore> Consumer<S> {
                 if !lease.checkpoint.has_started() && first_delivered.is_none() {
                     *first_delivered = batch.get(0).map(|first| first.sequence_number.to_owned());
                 }
-                if let Some(interrupt) = self.deliver(&mut instance, &running, &mut batch).await {
+                if let Some(interrupt) = self.deliver(&mut instance, &running, policy, &mut batch).await {
                     return interrupt;
                 }
                 unacknowledged.delivered(batch, checkpointed.lock().expect("not poisoned").as_ref());
@@ -246,6 +238,7 @@ impl<S: LeaseStore> Consumer<S> {
         &self,
         mut old: ShardInstance,
         processor: &Processor,
+        policy: &mut FailurePolicy,
         checkpointed: &Arc<StdMutex<Option<Position>>>,
         unacknowledged: &mut Unacknowledged,
     ) -> Result<ShardInstance, Interrupt> {
@@ -264,7 +257,7 @@ impl<S: LeaseStore> Consumer<S> {
         let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await?;
         let records: usize = again.iter().map(Batch::len).sum();
         for mut batch in again {
-            if let Some(interrupt) = self.deliver(&mut instance, processor, &mut batch).await {
+            if let Some(interrupt) = self.deliver(&mut instance, processor, policy, &mut batch).await {
                 return Err(interrupt);
             }
         }
@@ -273,40 +266,40 @@ impl<S: LeaseStore> Consumer<S> {
         Ok(instance)
     }
 
-    /// Delivers one batch, again after each retryable error.
-    async fn deliver(&self, instance: &mut ShardInstance, processor: &Processor, batch: &mut Batch) -> Option<Interrupt> {
-        let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
+    /// Delivers one batch, again while the policy says to retry it.
+    async fn deliver(&self, instance: &mut ShardInstance, processor: &Processor, policy: &mut FailurePolicy, batch: &mut Batch) -> Option<Interrupt> {
         loop {
             if !self.held.is_valid() {
                 return Some(self.finish(instance, ShutdownReason::LeaseLost).await);
             }
             let started = std::time::Instant::now();
-            let result = instance.process_records(batch).await;
-            if let Err(e) = &result {
-                self.metrics.guest_error(e);
-            }
-            // Retries and withdrawn calls say nothing about the version.
-            if !matches!(result, Err(CallError::Retryable(_) | CallError::Withdrawn)) {
-                let _ = self.reports.send(CallReport { processor: processor.hash().to_owned(), ok: result.is_ok() });
-            }
-            match result {
+            let error = match instance.process_records(batch).await {
                 Ok(()) => {
+                    let _ = self.reports.send(CallReport { processor: processor.hash().to_owned(), ok: true });
+                    policy.batch_done();
                     self.delivered.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     self.metrics.processed(batch.len(), batch.data.len(), started.elapsed());
                     return None;
                 }
-                Err(CallError::Retryable(message)) => {
-                    let wait = backoff.next_wait();
-                    tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "processor asked for a retry: {message}; delivering the batch again in {wait:?}");
+                Err(error) => error,
+            };
+            self.metrics.guest_error(&error);
+            match policy.batch_failed(&error) {
+                // A retry and a withdrawn call say nothing about the version.
+                BatchAction::Retry { wait } => {
+                    tracing::warn!(shard = %self.held.key(), processor = processor.describe(), "{error}; delivering the batch again in {wait:?}");
                     if let Some(outcome) = self.wait(wait).await {
                         return Some(self.finish_outcome(instance, outcome).await);
                     }
                 }
-                Err(CallError::Withdrawn) => {
-                    tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "the lease's validity ran out during process-records: call stopped, batch not delivered");
+                BatchAction::LeaseLost => {
+                    tracing::warn!(shard = %self.held.key(), processor = processor.describe(), "the lease's validity ran out during process-records: call stopped, batch not delivered");
                     return Some(Interrupt::Done(Outcome::LeaseLost));
                 }
-                Err(e) => return Some(Interrupt::Failed(format!("process-records failed: {e}"))),
+                BatchAction::Restart => {
+                    let _ = self.reports.send(CallReport { processor: processor.hash().to_owned(), ok: false });
+                    return Some(Interrupt::Failed(format!("process-records failed: {error}")));
+                }
             }
         }
     }
@@ -398,39 +391,5 @@ impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_restart_without_a_checkpoint_rereads_what_the_failed_attempt_was_given() {
-        let first = Some("4950");
-        for (checkpoint, timestamp) in [(Checkpoint::Latest, None), (Checkpoint::AtTimestamp, Some(1_700_000_000_000))] {
-            assert_eq!(
-                starting_position(&checkpoint, first, timestamp),
-                Start::Read(StartingPosition::At("4950".into()), None),
-                "{checkpoint:?}"
-            );
-        }
-        assert_eq!(starting_position(&Checkpoint::Latest, None, None), Start::Read(StartingPosition::Latest, None));
-        assert_eq!(starting_position(&Checkpoint::TrimHorizon, first, None), Start::Read(StartingPosition::TrimHorizon, None));
-        let done = Position::new("4960", 0).unwrap();
-        assert_eq!(
-            starting_position(&Checkpoint::At(done.clone()), first, None),
-            Start::Read(StartingPosition::Checkpoint(done.clone()), Some(done)),
-            "a checkpoint wins"
-        );
-        assert_eq!(starting_position(&Checkpoint::AtTimestamp, None, None), Start::Refused);
-    }
-
-    #[test]
-    fn restarts_back_off_to_a_cap_and_start_over_after_a_healthy_attempt() {
-        let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
-        let quick = Duration::from_secs(1);
-        let waits: Vec<Duration> = (0..8).map(|_| restart_wait(&mut backoff, quick)).collect();
-        assert_eq!(waits[0], BACKOFF.0);
-        assert_eq!(waits[1], BACKOFF.0 * 2);
-        assert_eq!(*waits.last().unwrap(), BACKOFF.1, "capped");
-        assert_eq!(restart_wait(&mut backoff, HEALTHY), BACKOFF.0, "a healthy period resets it");
-        assert_eq!(restart_wait(&mut backoff, quick), BACKOFF.0 * 2);
-    }
-}
+#[path = "shard_loop_tests.rs"]
+mod tests;

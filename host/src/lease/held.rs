@@ -1,0 +1,206 @@
+//! A lease this worker holds: its validity (its own renewals and this
+//! worker's heartbeat), its fenced checkpoint writes, and one renewal.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+// tokio's clock: the lease simulation runs it paused, as a virtual clock.
+use tokio::time::Instant;
+
+use tokio::sync::{watch, Mutex};
+
+use super::rules::TakeSettings;
+use super::{Checkpoint, Lease, LeaseStore};
+
+/// Why a checkpoint write did not happen.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CheckpointFailure {
+    #[error("the lease is no longer held by this worker")]
+    LeaseLost,
+    #[error("the lease table could not be written: {0}")]
+    Unavailable(String),
+}
+
+/// This worker's heartbeat. Other kcl-host workers take every lease of a
+/// worker whose heartbeat stopped for the failover time, so no lease is
+/// valid once the heartbeat is that old. Before the first heartbeat (and
+/// where none is kept, as in unit tests) only the lease's own renewals count.
+#[derive(Debug)]
+pub struct Liveness {
+    valid_until: StdMutex<Option<Instant>>,
+    failover_time: Duration,
+}
+
+impl Liveness {
+    /// No heartbeat yet: only the leases' own renewals count.
+    pub(super) fn new(failover_time: Duration) -> Self {
+        Self { valid_until: StdMutex::new(None), failover_time }
+    }
+
+    /// Records a heartbeat write that succeeded; `sent` is when it was sent.
+    pub fn beat(&self, sent: Instant) {
+        *self.valid_until.lock().expect("not poisoned") = Some(sent + self.failover_time);
+    }
+
+    /// No lease is valid any more (another process took this worker's id):
+    /// only a later successful beat, which will not come, could change that.
+    pub fn revoke(&self) {
+        *self.valid_until.lock().expect("not poisoned") = Some(Instant::now());
+    }
+
+    /// Whether the last heartbeat is recent enough (or none is kept).
+    pub fn is_valid(&self, now: Instant) -> bool {
+        self.valid_until.lock().expect("not poisoned").is_none_or(|until| now < until)
+    }
+}
+
+/// A lease this worker holds, shared by the coordinator (which renews it)
+/// and the shard's consumer (which checkpoints through it). Writes are
+/// serialized so each one is conditional on the counter the last one left.
+pub struct HeldLease<S> {
+    /// Unique per take: a lease taken again is a new `HeldLease`.
+    id: u64,
+    key: String,
+    store: Arc<S>,
+    pub(super) lease: Mutex<Lease>,
+    /// After this instant another worker may consider the lease expired:
+    /// the last successful write's send time plus the failover time.
+    pub(super) valid_until: StdMutex<Instant>,
+    lost: watch::Sender<bool>,
+    /// A stolen lease may still look valid to its previous owner until one
+    /// failover time after the steal: delivery waits until then.
+    deliver_after: Instant,
+    stolen: bool,
+    liveness: Arc<Liveness>,
+    settings: TakeSettings,
+}
+
+impl<S: LeaseStore> HeldLease<S> {
+    pub(super) fn new(id: u64, store: Arc<S>, lease: Lease, sent: Instant, stolen: bool, liveness: Arc<Liveness>, settings: TakeSettings) -> Self {
+        Self {
+            id,
+            liveness,
+            deliver_after: if stolen { sent + settings.failover_time } else { sent },
+            stolen,
+            key: lease.key.clone(),
+            store,
+            valid_until: StdMutex::new(sent + settings.failover_time),
+            lease: Mutex::new(lease),
+            lost: watch::channel(false).0,
+            settings,
+        }
+    }
+
+    /// The shard id.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Tells this take of the lease from any other take of the same shard.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether this take stole the lease from a live worker.
+    pub fn was_stolen(&self) -> bool {
+        self.stolen
+    }
+
+    /// The lease as last written by this worker.
+    pub async fn snapshot(&self) -> Lease {
+        self.lease.lock().await.clone()
+    }
+
+    /// When delivery may start: at once, or for a stolen lease once the
+    /// previous owner has surely stopped.
+    pub fn deliver_after(&self) -> Instant {
+        self.deliver_after
+    }
+
+    /// Whether records may still be delivered: not lost, and renewed (and
+    /// heartbeat) recently enough that no other worker can have taken it.
+    pub fn is_valid(&self) -> bool {
+        let now = Instant::now();
+        !*self.lost.borrow() && now < *self.valid_until.lock().expect("not poisoned") && self.liveness.is_valid(now)
+    }
+
+    /// Whether the last successful write was sent after `instant`.
+    pub(super) fn written_after(&self, instant: Instant) -> bool {
+        *self.valid_until.lock().expect("not poisoned") > instant + self.settings.failover_time
+    }
+
+    /// Resolves once the lease is lost.
+    pub fn lost(&self) -> watch::Receiver<bool> {
+        self.lost.subscribe()
+    }
+
+    pub(super) fn mark_lost(&self) {
+        self.lost.send_replace(true);
+    }
+
+    /// Writes a checkpoint, fenced by owner and counter.
+    pub async fn checkpoint(&self, checkpoint: Checkpoint, children: &BTreeSet<String>) -> Result<(), CheckpointFailure> {
+        let mut lease = self.lease.lock().await;
+        if !self.is_valid() {
+            return Err(CheckpointFailure::LeaseLost);
+        }
+        let sent = Instant::now();
+        match self.store.checkpoint(&lease, &checkpoint, children).await {
+            Ok(Some(updated)) => {
+                self.written(&mut lease, updated, sent);
+                Ok(())
+            }
+            Ok(None) => {
+                self.mark_lost();
+                Err(CheckpointFailure::LeaseLost)
+            }
+            Err(e) => Err(CheckpointFailure::Unavailable(e.to_string())),
+        }
+    }
+
+    /// Keeps the row a successful write left, and extends validity from when
+    /// that write was sent.
+    fn written(&self, lease: &mut Lease, updated: Lease, sent: Instant) {
+        *lease = updated;
+        *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
+    }
+
+    /// Bumps the counter.
+    async fn renew(&self) -> Renewal {
+        let mut lease = self.lease.lock().await;
+        // Without a heartbeat the others take this lease anyway.
+        if *self.lost.borrow() || !self.liveness.is_valid(Instant::now()) {
+            return Renewal::Lost;
+        }
+        let sent = Instant::now();
+        match self.store.renew(&lease).await {
+            Ok(Some(updated)) => {
+                self.written(&mut lease, updated, sent);
+                Renewal::Renewed
+            }
+            Ok(None) => Renewal::Lost,
+            Err(e) => {
+                tracing::warn!(shard = %self.key, "could not renew the lease: {e}");
+                Renewal::Failed
+            }
+        }
+    }
+}
+
+/// Renews `lease`, giving up when its validity ends (a write still out
+/// then cannot save it).
+pub(super) async fn renew_by_deadline<S: LeaseStore>(lease: Arc<HeldLease<S>>) -> (Renewal, Arc<HeldLease<S>>) {
+    let deadline = *lease.valid_until.lock().expect("not poisoned");
+    let renewal = tokio::time::timeout_at(deadline, lease.renew()).await.unwrap_or(Renewal::Failed);
+    (renewal, lease)
+}
+
+/// How one renewal went.
+pub(super) enum Renewal {
+    Renewed,
+    /// Taken by another worker, or not renewable in time.
+    Lost,
+    /// The write failed; the lease is lost only once its validity runs out.
+    Failed,
+}
+

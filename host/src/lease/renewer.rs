@@ -1,0 +1,117 @@
+//! Renewals of the leases a [`Coordinator`](super::coordinator::Coordinator)
+//! holds, in a task of their own.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::held::{renew_by_deadline, HeldLease, Renewal};
+use super::LeaseStore;
+
+/// The leases this worker holds, shared by the coordinator and its renewer.
+pub(super) type HeldMap<S> = Arc<StdMutex<HashMap<String, Arc<HeldLease<S>>>>>;
+
+/// The held map; no code panics while holding it.
+pub(super) fn lock<S>(held: &HeldMap<S>) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HeldLease<S>>>> {
+    held.lock().expect("not poisoned")
+}
+
+/// Renews the leases a [`Coordinator`](super::coordinator::Coordinator) holds; runs in a task of its own so a
+/// slow take pass, shard sync or ListShards never delays a renewal.
+pub struct Renewer<S> {
+    pub(super) held: HeldMap<S>,
+    /// The renewal period: a lease a checkpoint wrote within half of it
+    /// needs no renewal yet.
+    pub(super) every: Duration,
+    /// Renewal writes that failed, so far.
+    pub(super) failed: std::sync::atomic::AtomicU64,
+}
+
+impl<S: LeaseStore> Renewer<S> {
+    /// Renews every held lease at once (one slow write does not hold up the
+    /// others), except those a checkpoint wrote within the last half
+    /// renewal period (so the longest gap between writes is one and a half
+    /// periods); returns, and forgets, the ones lost.
+    pub async fn renew_all(&self) -> Vec<Arc<HeldLease<S>>> {
+        let mut renewals = tokio::task::JoinSet::new();
+        for lease in self.due() {
+            renewals.spawn(renew_by_deadline(lease));
+        }
+        let mut lost = Vec::new();
+        while let Some(renewal) = renewals.join_next().await {
+            let (renewal, lease) = renewal.expect("a renewal does not panic");
+            if self.settle(renewal, &lease) {
+                lost.push(lease);
+            }
+        }
+        lost
+    }
+
+    /// Renews the held leases every period until the task is aborted, each
+    /// renewal on its own: a slow write holds up neither the others nor the
+    /// next round (its lease is skipped while the write is out), and is given
+    /// up when the lease's validity ends. `on_failed` hears of each renewal
+    /// write that failed, `on_lost` of each lease lost.
+    pub async fn run(&self, mut on_failed: impl FnMut(), mut on_lost: impl FnMut(&HeldLease<S>)) {
+        let mut tick = tokio::time::interval(self.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.reset();
+        let mut renewals = tokio::task::JoinSet::new();
+        let mut out = HashSet::new();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    for lease in self.due() {
+                        if out.insert(lease.id()) {
+                            renewals.spawn(renew_by_deadline(lease));
+                        }
+                    }
+                }
+                Some(renewal) = renewals.join_next() => {
+                    let (renewal, lease) = renewal.expect("a renewal does not panic");
+                    out.remove(&lease.id());
+                    if matches!(renewal, Renewal::Failed) {
+                        on_failed();
+                    }
+                    if self.settle(renewal, &lease) {
+                        on_lost(&lease);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The held leases a checkpoint did not write within half a period.
+    fn due(&self) -> Vec<Arc<HeldLease<S>>> {
+        let recently = Instant::now().checked_sub(self.every / 2);
+        lock(&self.held).values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect()
+    }
+
+    /// Counts a failed renewal; `true` when the lease is lost (and then forgotten).
+    fn settle(&self, renewal: Renewal, lease: &Arc<HeldLease<S>>) -> bool {
+        let lost = match renewal {
+            Renewal::Renewed => false,
+            Renewal::Lost => true,
+            Renewal::Failed => {
+                self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                !lease.is_valid()
+            }
+        };
+        if lost {
+            lease.mark_lost();
+            let mut held = lock(&self.held);
+            // Only this take: the shard may have been taken again meanwhile.
+            if held.get(lease.key()).is_some_and(|current| Arc::ptr_eq(current, lease)) {
+                held.remove(lease.key());
+            }
+        }
+        lost
+    }
+
+    /// Renewal writes that failed so far.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+

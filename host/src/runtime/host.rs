@@ -1,0 +1,34 @@
+//! The host side of the current contract's imports: `checkpointer` and
+//! `log`. Each call first checks that the running call was not withdrawn.
+
+use super::bindings::v0_2::kcl::processor as current;
+use super::guest_log;
+use super::store::ShardState;
+use super::{CheckpointError, LogLevel};
+
+impl current::types::Host for ShardState {}
+
+impl current::checkpointer::Host for ShardState {
+    async fn checkpoint(&mut self) -> wasmtime::Result<Result<(), CheckpointError>> {
+        self.check_withdrawn()?;
+        Ok(self.checkpoints.checkpoint_last().await)
+    }
+
+    async fn checkpoint_at_index(&mut self, index: u32) -> wasmtime::Result<Result<(), CheckpointError>> {
+        self.check_withdrawn()?;
+        Ok(self.checkpoints.checkpoint_at_index(index).await)
+    }
+
+    async fn checkpoint_at(&mut self, sequence_number: String, sub_sequence_number: Option<u64>) -> wasmtime::Result<Result<(), CheckpointError>> {
+        self.check_withdrawn()?;
+        Ok(self.checkpoints.checkpoint_at_sequence(&sequence_number, sub_sequence_number).await)
+    }
+}
+
+impl current::log::Host for ShardState {
+    async fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {
+        self.check_withdrawn()?;
+        guest_log::emit(&self.speaker, level, &message);
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! The worker's shard loops, one per held lease: started from a take pass,
+//! told of swaps by the rollout, stopped to give a lease back, and all
+//! stopped at the end.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::redelivery::Budget;
+use super::shard_loop::{OpenReader, Outcome, ShardLoop};
+use crate::fanout::{KinesisSubscriptions, Subscriber};
+use crate::fetch::{self, FetchSettings, Fetcher, Prefetch, StartingPosition};
+use crate::lease::coordinator::{HeldLease, TakePass};
+use crate::lease::dynamo::DynamoStore;
+use crate::metrics::{Metrics, ShardMetrics};
+use crate::records::kpl::HashRange;
+use crate::runtime::Processor;
+use crate::swap::rollout::{self, CallReport, Rollout};
+use crate::swap::Swapper;
+
+/// Longest a graceful stop waits for processors to shut down.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often a graceful stop that is not done says what it waits for.
+const STOP_TELL_AFTER: Duration = Duration::from_secs(2);
+
+/// A lease this worker holds, as the worker's loop passes it around.
+pub(super) type Held = Arc<HeldLease<DynamoStore>>;
+
+/// Reads shards from Kinesis: GetRecords, or enhanced fan-out when the
+/// worker registered a stream consumer.
+pub(super) struct KinesisReaders {
+    pub(super) kinesis: aws_sdk_kinesis::Client,
+    pub(super) stream: String,
+    pub(super) fetch: FetchSettings,
+    pub(super) fan_out: Option<KinesisSubscriptions>,
+}
+
+impl OpenReader for KinesisReaders {
+    fn open(&self, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Prefetch {
+        match &self.fan_out {
+            Some(subscriptions) => fetch::prefetch(Subscriber::new(subscriptions.clone(), shard, start, range)),
+            None => fetch::prefetch(Fetcher::new(self.kinesis.clone(), &self.stream, shard, start, range, self.fetch.clone())),
+        }
+    }
+}
+
+/// A running shard loop as the worker sees it.
+struct Running {
+    held: Held,
+    delivered: Arc<AtomicU64>,
+    stop: watch::Sender<bool>,
+    /// The processor this shard should run: a new value swaps it.
+    processor: watch::Sender<Processor>,
+    metrics: ShardMetrics,
+}
+
+/// What every shard loop is made from.
+pub(super) struct Template {
+    pub(super) reader: Arc<dyn OpenReader>,
+    pub(super) stream: String,
+    /// `--initial-timestamp`, for leases that start AT_TIMESTAMP.
+    pub(super) initial_timestamp_ms: Option<i64>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) redelivery: Arc<Budget>,
+}
+
+/// The shard loops of this worker, one per held lease, and the rollout
+/// that tells them which processor to run.
+pub(super) struct ShardLoops {
+    template: Template,
+    pub(super) rollout: Rollout,
+    tasks: JoinSet<()>,
+    running: BTreeMap<String, Running>,
+    ended: mpsc::UnboundedSender<(Held, Outcome)>,
+    reports: mpsc::UnboundedSender<CallReport>,
+}
+
+impl ShardLoops {
+    /// No loops yet; each tells `ended` how it ended, and `reports` how
+    /// each of its calls went.
+    pub(super) fn new(
+        template: Template,
+        rollout: Rollout,
+        ended: mpsc::UnboundedSender<(Held, Outcome)>,
+        reports: mpsc::UnboundedSender<CallReport>,
+    ) -> Self {
+        Self { template, rollout, tasks: JoinSet::new(), running: BTreeMap::new(), ended, reports }
+    }
+
+    /// How many shards run.
+    pub(super) fn len(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Bytes kept for re-delivery after a swap, over all shards.
+    pub(super) fn swap_buffer_used(&self) -> usize {
+        self.template.redelivery.used()
+    }
+
+    fn spawn(&mut self, held: Held) {
+        let (stop, stop_rx) = watch::channel(false);
+        let metrics = self.template.metrics.shard(held.key());
+        let (processor, processor_rx) = watch::channel(self.rollout.current().clone());
+        let delivered = Arc::new(AtomicU64::new(0));
+        let shard_loop = ShardLoop {
+            processor: processor_rx,
+            reader: self.template.reader.clone(),
+            stream: self.template.stream.clone(),
+            initial_timestamp_ms: self.template.initial_timestamp_ms,
+            held: held.clone(),
+            stop: stop_rx,
+            delivered: delivered.clone(),
+            metrics: metrics.clone(),
+            reports: self.reports.clone(),
+            redelivery: self.template.redelivery.clone(),
+        };
+        let key = held.key().to_owned();
+        let ended = self.ended.clone();
+        tracing::info!(shard = %key, processor = self.rollout.current().describe(), "processing");
+        self.running.insert(key, Running { held: held.clone(), delivered, stop, processor, metrics });
+        // In the worker's span: every line of the shard names the worker.
+        self.tasks.spawn(
+            async move {
+                let outcome = shard_loop.run().await;
+                let _ = ended.send((held, outcome));
+            }
+            .in_current_span(),
+        );
+    }
+
+    /// Starts loops for what a pass took and stops those of the leases it
+    /// gives back; `true` when the pass was short of its share.
+    pub(super) fn apply(&mut self, pass: TakePass<DynamoStore>) -> bool {
+        for held in pass.taken {
+            self.template.metrics.lease_taken(held.was_stolen());
+            self.spawn(held);
+        }
+        for key in &pass.release {
+            tracing::info!(shard = %key, "giving the lease back to balance the fleet: checkpointing first");
+            if let Some(running) = self.running.get(key) {
+                running.stop.send_replace(true);
+            }
+        }
+        pass.short
+    }
+
+    /// A new processor was offered: roll it out.
+    pub(super) fn offer(&mut self, processor: Processor) {
+        self.rollout.offer(processor, channels(&self.running));
+    }
+
+    /// A call ended: the rollout goes on, or back. Most calls are of a
+    /// version not on trial, and cost nothing here.
+    pub(super) fn report(&mut self, report: &CallReport) -> bool {
+        if !self.rollout.on_trial(&report.processor) {
+            return false;
+        }
+        self.rollout.report(report, channels(&self.running));
+        true
+    }
+
+    /// The canary ran its idle time: the rollout goes on.
+    pub(super) fn canary_idle(&mut self) {
+        self.rollout.canary_idle(channels(&self.running));
+    }
+
+    /// A shard was processed to its end: a canary there promotes its version.
+    pub(super) fn shard_ended(&mut self, key: &str) {
+        self.rollout.shard_ended(key, channels(&self.running));
+    }
+
+    /// Tells `swapper` where the rollout stands (what the heartbeat reports,
+    /// and what a new offer is compared with).
+    pub(super) fn tell(&self, swapper: &Swapper) {
+        swapper.record_rollout(self.rollout.current(), self.rollout.candidate());
+    }
+
+    /// Forgets the loop of `held` (not a newer one of the same shard);
+    /// returns the records it delivered.
+    pub(super) fn ended(&mut self, held: &Held) -> Option<u64> {
+        let key = held.key();
+        if self.running.get(key).is_some_and(|r| r.held.id() == held.id()) {
+            let done = self.running.remove(key).expect("just checked");
+            done.metrics.forget();
+            return Some(done.delivered.load(Ordering::Relaxed));
+        }
+        None
+    }
+
+    /// Graceful stop: `shutdown(requested)` everywhere, waiting up to
+    /// [`STOP_TIMEOUT`]; then forgets every loop, returning each one's lease
+    /// and the records it delivered.
+    pub(super) async fn stop_all(&mut self) -> Vec<(Held, u64)> {
+        tracing::info!(shards = self.running.len(), "stopping: shutting down processors");
+        for running in self.running.values() {
+            running.stop.send_replace(true);
+        }
+        let tasks = &mut self.tasks;
+        let stopped = async {
+            // Say what the stop waits for when it is not quick: a call running up to its deadline.
+            let mut tell = tokio::time::interval_at(Instant::now() + STOP_TELL_AFTER, STOP_TELL_AFTER);
+            loop {
+                tokio::select! {
+                    joined = tasks.join_next() => if joined.is_none() { break },
+                    _ = tell.tick() => tracing::info!(
+                        "stopping: waiting for {} processors to shut down (a call may run up to --call-deadline; \
+                         a second SIGINT or SIGTERM stops at once)",
+                        tasks.len()
+                    ),
+                }
+            }
+        };
+        if tokio::time::timeout(STOP_TIMEOUT, stopped).await.is_err() {
+            tracing::warn!("processors did not stop within {STOP_TIMEOUT:?}; their leases expire instead");
+            self.tasks.abort_all();
+        }
+        std::mem::take(&mut self.running).into_values().map(|done| (done.held, done.delivered.load(Ordering::Relaxed))).collect()
+    }
+}
+
+/// Each running shard, for the rollout.
+fn channels(running: &BTreeMap<String, Running>) -> rollout::Shards<'_> {
+    running
+        .iter()
+        .map(|(key, r)| (key.as_str(), rollout::Shard { processor: &r.processor, delivered: r.delivered.load(Ordering::Relaxed) }))
+        .collect()
+}
