@@ -1,0 +1,152 @@
+//! Several workers on one stream: joining, stopping and dying workers,
+//! and which records come twice.
+
+use super::*;
+
+/// Two workers on a 4-shard stream, balanced: the second joined once the
+/// first held all four, and was given two of them.
+struct Pair {
+    aws: AwsClients,
+    stream: TestStream,
+    application: String,
+    first: KclHost,
+    /// `None` once the test stopped it.
+    second: Option<KclHost>,
+    /// Every record put so far.
+    records: BTreeSet<String>,
+}
+
+const PAIR_FLAGS: [&str; 2] = ["--failover-time", "1s"];
+
+impl Pair {
+    async fn start(name: &str) -> Self {
+        let aws = clients().await;
+        let stream = TestStream::create(&aws.kinesis, &unique(name), 4).await;
+        let application = unique(&format!("{name}-app"));
+        let mut records = BTreeSet::new();
+        put_all(&stream, "before", &mut records).await;
+        let mut first = start_with("counter", &stream.name, &application, "worker-1", &PAIR_FLAGS);
+        first.wait_for("all four shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 4).await;
+        let mut second = start_with("counter", &stream.name, &application, "worker-2", &PAIR_FLAGS);
+        // The first gives two leases back (after a checkpoint); the second takes them.
+        first.wait_for("two leases given back", LIMIT, |log| count_lines(log, "gave the lease back") >= 2).await;
+        second.wait_for("two leases", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+        Pair { aws, stream, application, first, second: Some(second), records }
+    }
+
+    fn second(&mut self) -> &mut KclHost {
+        self.second.as_mut().expect("still running")
+    }
+
+    async fn put(&mut self, phase: &str) {
+        put_all(&self.stream, phase, &mut self.records).await;
+    }
+
+    async fn owners(&self) -> BTreeMap<String, usize> {
+        let mut owners = BTreeMap::new();
+        for lease in leases(&self.aws.dynamodb, &self.application).await {
+            *owners.entry(lease.owner.unwrap_or_default()).or_default() += 1;
+        }
+        owners
+    }
+}
+
+/// Puts 10 records on every shard of `stream`, noting them in `records`.
+async fn put_all(stream: &TestStream, phase: &str, records: &mut BTreeSet<String>) {
+    for shard in stream.shards().await {
+        let put = payloads(&format!("{phase}-{}", shard.id), 10);
+        stream.put(&shard.id, &put).await;
+        records.extend(put);
+    }
+}
+
+/// Whether the records in `log` and `others` include every one of `expected`.
+fn covers(log: &[String], others: &[Delivered], expected: &BTreeSet<String>) -> bool {
+    let seen: BTreeSet<String> =
+        log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).chain(others.iter().cloned()).map(|d| d.data).collect();
+    seen.is_superset(expected)
+}
+
+fn delivered_set(counts: &BTreeMap<&str, (usize, &Delivered)>) -> BTreeSet<String> {
+    counts.keys().map(|k| k.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_worker_is_given_its_share_without_duplicates() {
+    let mut pair = Pair::start("join").await;
+    assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 2), ("worker-2".into(), 2)]));
+    pair.put("after").await;
+    let total = pair.records.len();
+    // Each worker processes the new records of the shards it holds; a shard
+    // is read in order, so by then what came before on it is done too (by
+    // the first before it gave the shard away, or by the second after).
+    let owners: BTreeMap<String, String> =
+        leases(&pair.aws.dynamodb, &pair.application).await.into_iter().map(|l| (l.key, l.owner.unwrap_or_default())).collect();
+    let after_on = |worker: &str| -> BTreeSet<String> {
+        pair.records.iter().filter(|r| owners.iter().any(|(shard, owner)| owner == worker && r.starts_with(&format!("after-{shard}-")))).cloned().collect()
+    };
+    let (first_after, second_after) = (after_on("worker-1"), after_on("worker-2"));
+    pair.first.wait_for("the first's new records", LIMIT, |log| covers(log, &[], &first_after)).await;
+    pair.second().wait_for("the second's new records", LIMIT, |log| covers(log, &[], &second_after)).await;
+    let (by_first, by_second) = (pair.first.delivered().await, pair.second().delivered().await);
+    let counts = delivery_counts(by_first.iter().chain(&by_second));
+    assert_eq!(delivered_set(&counts), pair.records, "every record processed, none lost");
+    // A lease is given back after a checkpoint: nothing is delivered twice.
+    assert_eq!(by_first.len() + by_second.len(), total, "no duplicates");
+    let (a, log_a) = pair.first.interrupt().await;
+    let (b, log_b) = pair.second.take().unwrap().interrupt().await;
+    assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_worker_hands_its_shards_over_without_duplicates() {
+    const SIGTERM: i32 = 15;
+    let mut pair = Pair::start("handoff").await;
+    pair.second().signal(SIGTERM);
+    let (status, log_second) = pair.second.take().unwrap().wait_exit(LIMIT).await;
+    assert!(status.success(), "{}", log_second.join("\n"));
+    pair.put("after").await;
+    let total = pair.records.len();
+    let by_second: Vec<Delivered> = log_second.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).collect();
+    let expected = pair.records.clone();
+    pair.first.wait_for("every record", LIMIT, |log| covers(log, &by_second, &expected)).await;
+    assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 4)]), "the first took all four");
+    let by_first = pair.first.delivered().await;
+    let counts = delivery_counts(by_first.iter().chain(&by_second));
+    assert_eq!(delivered_set(&counts), pair.records, "every record processed, none lost");
+    assert_eq!(by_first.len() + by_second.len(), total, "the stopping worker checkpointed: no duplicates");
+    let (a, log_a) = pair.first.interrupt().await;
+    assert!(a.success(), "{}", log_a.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_is_replaced_and_only_records_after_its_checkpoints_come_twice() {
+    let mut pair = Pair::start("failover").await;
+    pair.put("middle").await;
+    pair.second().wait_for("its half of the middle records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 20).await;
+    let before_kill = pair.second().delivered().await;
+    pair.second.take().unwrap().kill().await;
+    let checkpoints: BTreeMap<String, Checkpoint> =
+        leases(&pair.aws.dynamodb, &pair.application).await.into_iter().map(|l| (l.key, l.checkpoint)).collect();
+    pair.put("after").await;
+    let expected = pair.records.clone();
+    pair.first.wait_for("every record", LIMIT, |log| covers(log, &before_kill, &expected)).await;
+    assert_eq!(pair.owners().await, BTreeMap::from([("worker-1".into(), 4)]), "the survivor took all four");
+    let by_first = pair.first.delivered().await;
+    let counts = delivery_counts(by_first.iter().chain(&before_kill));
+    assert_eq!(delivered_set(&counts), pair.records, "every record processed, none lost");
+    for (data, (n, d)) in &counts {
+        if *n > 1 {
+            let after = match &checkpoints[&d.shard] {
+                Checkpoint::At(position) => {
+                    let cp = position.sequence_number();
+                    (d.sequence_number.len(), d.sequence_number.as_str()) > (cp.len(), cp)
+                }
+                _ => true,
+            };
+            assert!(after, "{data} came {n} times though its shard had checkpointed past it");
+        }
+    }
+    let (a, log_a) = pair.first.interrupt().await;
+    assert!(a.success(), "{}", log_a.join("\n"));
+}
