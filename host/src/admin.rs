@@ -48,6 +48,7 @@ fn now_ms() -> u64 {
 }
 
 impl Health {
+    /// A health view of `liveness`; the loop is stuck once it has not run for `loop_limit`.
     pub fn new(liveness: Arc<Liveness>, loop_limit: Duration) -> Self {
         Self { liveness, loop_seen_ms: AtomicU64::new(now_ms()), loop_limit, short_since_ms: AtomicU64::new(0) }
     }
@@ -106,6 +107,7 @@ pub async fn start(
     Ok(Some(tokio::spawn(tracing::Instrument::in_current_span(serve(listener, metrics, health, swapper)))))
 }
 
+/// Answers `GET /metrics`, `GET /healthz` and `POST /swap` on `listener` until aborted.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>, swapper: Arc<Swapper>) {
     loop {
         let Ok((stream, peer)) = listener.accept().await else { continue };

@@ -28,9 +28,13 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Settings that override the standard chain.
 #[derive(Clone, Debug, Default)]
 pub struct AwsSettings {
+    /// `--region`; the SDK's chain (`AWS_REGION`, the profile) when unset.
     pub region: Option<String>,
+    /// `--profile`: a named profile of `~/.aws/config`.
     pub profile: Option<String>,
+    /// `--kinesis-endpoint`: another Kinesis endpoint (a local server).
     pub kinesis_endpoint: Option<String>,
+    /// `--dynamodb-endpoint`: another DynamoDB endpoint (a local server).
     pub dynamodb_endpoint: Option<String>,
     /// Per-attempt timeout of every call [default: 5 s]; the whole call,
     /// retries included, gets three times that.
@@ -61,7 +65,9 @@ impl AwsSettings {
 /// The two clients a worker needs.
 #[derive(Clone, Debug)]
 pub struct AwsClients {
+    /// The Kinesis client.
     pub kinesis: aws_sdk_kinesis::Client,
+    /// The DynamoDB client.
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// Every request both clients sent.
     pub requests: RequestCounts,
@@ -73,6 +79,7 @@ pub struct AwsClients {
 pub struct RequestCounts(Arc<Mutex<BTreeMap<String, u64>>>);
 
 impl RequestCounts {
+    /// Requests sent so far, per `service operation`.
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
         self.0.lock().expect("not poisoned").clone()
     }
@@ -101,24 +108,37 @@ impl Intercept for RequestCounts {
 /// An AWS call that failed, named for what the operator should fix.
 #[derive(Debug, thiserror::Error)]
 pub enum AwsError {
+    /// No region in the settings, the environment or the profile.
     #[error("no AWS region is configured; set AWS_REGION or pass --region")]
     NoRegion,
+    /// The stream does not exist (or was deleted).
     #[error("Kinesis stream `{0}` does not exist in this account and region; check --stream and AWS_REGION")]
     StreamNotFound(String),
+    /// A table kcl-host needs does not exist.
     #[error("DynamoDB table `{0}` does not exist")]
     TableMissing(String),
     #[error(
         "no AWS credentials were found for {operation}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE \
          (with ~/.aws/credentials or SSO), or run where an IAM role is given (EC2, ECS, EKS)"
     )]
+    /// The SDK's credential chain found nothing.
+    #[allow(missing_docs)] // fields named in the message
     NoCredentials { operation: &'static str },
+    /// IAM refused the call.
     #[error("access denied for {operation}: {message}; check the credentials and their IAM policy")]
+    #[allow(missing_docs)] // fields named in the message
     AccessDenied { operation: &'static str, message: String },
+    /// No answer from the endpoint (refused, reset, timed out).
     #[error("cannot reach the {} endpoint for {operation}: {message}; check the endpoint settings and the network", service.names().0)]
+    #[allow(missing_docs)] // fields named in the message
     Unreachable { service: Service, operation: &'static str, message: String },
+    /// Throttled after every retry.
     #[error("{operation} was throttled and retries ran out: {message}")]
+    #[allow(missing_docs)] // fields named in the message
     Throttled { operation: &'static str, message: String },
+    /// Any other error the service returned.
     #[error("{operation} failed: {code}: {message}")]
+    #[allow(missing_docs)] // fields named in the message
     Service { operation: &'static str, code: String, message: String },
 }
 
@@ -170,7 +190,9 @@ impl AwsError {
 /// Which service a call went to, for messages.
 #[derive(Clone, Copy, Debug)]
 pub enum Service {
+    /// Amazon Kinesis Data Streams.
     Kinesis,
+    /// Amazon DynamoDB.
     DynamoDb,
 }
 

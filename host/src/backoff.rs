@@ -13,6 +13,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Waits `first`, then twice as long each time, up to `cap`.
     pub const fn new(first: Duration, cap: Duration) -> Self {
         Self { first, cap, next: first }
     }

@@ -17,6 +17,7 @@ pub struct Cli {
     /// `shard` at the top level) for log shippers.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "KCL_HOST_LOG_FORMAT")]
     pub log_format: LogFormat,
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
@@ -24,10 +25,13 @@ pub struct Cli {
 /// How log lines are written (to stderr).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Consume a Kinesis stream: leases in DynamoDB (shared with every other
@@ -86,6 +90,7 @@ pub struct DeployArgs {
     /// Pin the version deployed before the current one.
     #[arg(long, conflicts_with = "processor")]
     pub rollback: bool,
+    /// Where and as whom to call AWS.
     #[command(flatten)]
     pub aws: AccountArgs,
 }
@@ -124,6 +129,7 @@ pub struct StatusArgs {
     /// A heartbeat older than this counts as stopped (the workers' --failover-time) [default: 10s].
     #[arg(long, env = "KCL_HOST_FAILOVER_TIME", allow_hyphen_values = true)]
     pub failover_time: Option<String>,
+    /// Where and as whom to call AWS.
     #[command(flatten)]
     pub aws: AccountArgs,
 }
@@ -141,6 +147,7 @@ pub struct AccountArgs {
 }
 
 impl AccountArgs {
+    /// These flags as the AWS settings.
     pub fn settings(&self) -> crate::aws::AwsSettings {
         crate::aws::AwsSettings { region: self.region.clone(), profile: self.profile.clone(), ..Default::default() }
     }
@@ -224,6 +231,7 @@ pub struct RunArgs {
     /// Record data all shards keep, together, to give a swapped-in version what followed each checkpoint; a shard over it restarts from its checkpoint on a swap instead [default: 256].
     #[arg(long, env = "KCL_HOST_SWAP_BUFFER_MIB")]
     pub swap_buffer_mib: Option<usize>,
+    /// The sandbox's limits and the compile cache.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
@@ -277,6 +285,7 @@ pub struct ReplayArgs {
     /// Shard id the processor is told.
     #[arg(long, default_value = "shardId-000000000000")]
     pub shard_id: String,
+    /// The sandbox's limits and the compile cache.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }

@@ -42,17 +42,26 @@ use crate::shard::InitialPosition;
 /// A setting that cannot be used, named with how to fix it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file cannot be read or parsed.
     #[error("cannot read the config file `{path}`: {reason}")]
+    #[allow(missing_docs)] // fields named in the message
     File { path: String, reason: String },
+    /// A required setting is in no layer.
     #[error("`{setting}` is required: pass --{flag}, set KCL_HOST_{env}, or put `{setting} = ...` in the config file")]
+    #[allow(missing_docs)] // fields named in the message
     Missing { setting: &'static str, flag: &'static str, env: &'static str },
+    /// A setting's value cannot be used.
     #[error("`{setting}` = {value:?} is not valid: {reason}")]
+    #[allow(missing_docs)] // fields named in the message
     Invalid { setting: &'static str, value: String, reason: String },
 }
 
-/// Every setting, each optional: one layer (flags, or the file).
+/// Every setting, each optional: one layer (flags, or the file). Each
+/// field is the flag of the same name (`worker_id` is `--worker-id`);
+/// `--help` and the README say what each one does.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)] // each field is documented as its flag
 pub struct Layer {
     pub stream: Option<String>,
     pub application: Option<String>,
@@ -148,16 +157,22 @@ impl Retrieval {
 /// Everything a worker needs, resolved and checked.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
+    /// The Kinesis stream, by name or ARN.
     pub stream: String,
     /// The application name; also the lease table's name.
     pub application: String,
+    /// This worker's id: unique among the application's live workers.
     pub worker_id: String,
+    /// Region, profile and endpoints.
     pub aws: AwsSettings,
+    /// Where a shard without a checkpoint starts.
     pub initial_position: InitialPosition,
+    /// Lease taking: failover time, max leases, stealing.
     pub take: TakeSettings,
     /// `shardSyncIntervalMillis` (default 60 s); a sync also runs at start
     /// and whenever a shard ends.
     pub shard_sync_interval: Duration,
+    /// How GetRecords is paced.
     pub fetch: FetchSettings,
     /// How shards are read.
     pub retrieval: Retrieval,

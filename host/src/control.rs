@@ -51,7 +51,9 @@ pub fn poll_interval(failover_time: Duration) -> Duration {
 /// One worker's heartbeat row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
+    /// The worker id (`worker/<id>` without its prefix).
     pub worker: String,
+    /// The heartbeat counter; a worker is alive while it moves.
     pub heartbeat: u64,
     /// The worker's clock at its last beat, in milliseconds since the Unix epoch.
     pub beat_ms: Option<u64>,
@@ -86,14 +88,18 @@ impl Version {
 /// The `deploy` row: the version wanted, and the one before it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Deployed {
+    /// The version every worker should run.
     pub wanted: Version,
+    /// The one before it, for `--rollback`.
     pub previous: Option<Version>,
 }
 
 /// One read of the whole control table.
 #[derive(Clone, Debug, Default)]
 pub struct ControlRead {
+    /// Every worker's heartbeat row.
     pub heartbeats: Vec<Heartbeat>,
+    /// The `deploy` row, when `kcl-host deploy` was used.
     pub deployed: Option<Deployed>,
 }
 
@@ -104,6 +110,7 @@ pub struct ControlTable {
 }
 
 impl ControlTable {
+    /// The control table of `application`.
     pub fn new(client: Client, application: &str) -> Self {
         let name = format!("{application}-KclHostControl");
         Self { table: KeyedTable { client, name, key: "key", what: "kcl-host control table" } }
@@ -258,6 +265,7 @@ pub struct FleetWatch {
 }
 
 impl FleetWatch {
+    /// Watches the fleet as worker `me`, judging death after `failover_time`.
     pub fn new(me: impl Into<String>, failover_time: Duration) -> Self {
         let me = me.into();
         let fleet = Fleet { live: BTreeSet::from([me.clone()]), dead: BTreeSet::new() };
@@ -286,6 +294,7 @@ impl FleetWatch {
         changed
     }
 
+    /// The live and dead workers as last observed.
     pub fn fleet(&self) -> &Fleet {
         &self.fleet
     }

@@ -36,10 +36,13 @@ const CONSUMER_ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
 /// One event of a subscription.
 #[derive(Debug, Default)]
 pub struct Event {
+    /// The records, as the SDK gives them.
     pub records: Vec<aws_sdk_kinesis::types::Record>,
     /// Where the next subscription continues; `None` at the shard's end.
     pub continuation: Option<String>,
+    /// How far behind the tip of the shard these records are.
     pub millis_behind_latest: u64,
+    /// Set on the last event of a closed shard: its children.
     pub child_shards: BTreeSet<String>,
 }
 
@@ -49,6 +52,7 @@ pub enum SubscribeError {
     /// Another subscription to this shard through the same consumer is open
     /// (the previous owner's, after a handoff).
     InUse,
+    /// Subscribing failed for another reason.
     Failed(AwsError),
 }
 
@@ -62,6 +66,7 @@ pub trait Events: Send {
 
 /// Opens subscriptions: `SubscribeToShard` in production, a fake in tests.
 pub trait Subscriptions: Send + 'static {
+    /// Opens a subscription to `shard` from `start`.
     fn subscribe(&mut self, shard: &str, start: &StartingPosition) -> BoxFuture<'_, Result<Box<dyn Events>, SubscribeError>>;
 }
 
@@ -76,6 +81,7 @@ pub struct Subscriber<S> {
 }
 
 impl<S: Subscriptions> Subscriber<S> {
+    /// A reader of `shard` from `start` through `subscriptions`; `range` is the lease's hash key range.
     pub fn new(subscriptions: S, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Self {
         let skip_through = start.skip_through();
         Self { subscriptions, shard: shard.to_owned(), range, resume: start, skip_through, current: None }
@@ -192,8 +198,11 @@ pub async fn register_consumer(client: &Client, stream: &str, name: &str) -> Res
 /// `SubscribeToShard` through a registered consumer.
 #[derive(Clone)]
 pub struct KinesisSubscriptions {
+    /// The Kinesis client.
     pub client: Client,
+    /// The registered stream consumer.
     pub consumer_arn: String,
+    /// The stream, for messages.
     pub stream: String,
 }
 

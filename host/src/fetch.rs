@@ -43,7 +43,9 @@ pub const MAX_RECORDS_LIMIT: i32 = 10_000;
 /// Where reading starts.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StartingPosition {
+    /// The oldest record still kept.
     TrimHorizon,
+    /// Records put from now on.
     Latest,
     /// Milliseconds since the Unix epoch.
     AtTimestamp(i64),
@@ -125,6 +127,7 @@ pub struct Fetched {
     /// GetRecords calls made for this batch, and how many were throttled
     /// (0 with enhanced fan-out).
     pub calls: u64,
+    /// How many of those calls were throttled.
     pub throttles: u64,
 }
 
@@ -151,6 +154,7 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
+    /// A reader of `shard` of `stream` from `start`; `range` is the lease's hash key range.
     pub fn new(
         client: Client,
         stream: &str,

@@ -11,22 +11,30 @@ use std::path::{Path, PathBuf};
 /// The processor's language.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {
+    /// A Rust crate built for `wasm32-wasip2`.
     Rust,
+    /// A Go module built with Go's `wasip1` port and wrapped as a component.
     Go,
 }
 
 /// Why a project could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    /// The directory exists.
     #[error("`{0}` already exists; choose another name or remove it")]
     Exists(PathBuf),
+    /// The name cannot be a package name.
     #[error("`{0}` is not a usable name: use letters, digits, `-` and `_`, starting with a letter")]
     BadName(String),
+    /// The path has no last component to name the project by.
     #[error("`{0}` names no new directory: give the project's directory, like `kcl-host init orders-totals`")]
     NoName(PathBuf),
+    /// `--sdk` is not a kcl-host checkout.
     #[error("`{0}` is not a kcl-host checkout (it has no guest-sdk/rust/Cargo.toml); leave --sdk out to copy the SDK into the project")]
     NoSdk(PathBuf),
+    /// A file could not be written.
     #[error("cannot write `{path}`: {source}")]
+    #[allow(missing_docs)] // fields named in the message
     Write { path: PathBuf, source: std::io::Error },
 }
 

@@ -6,6 +6,8 @@
 //! - [`replay`]: a processor's lifecycle on records from a file.
 //! - [`cli`]: command-line parsing.
 
+#![warn(missing_docs)]
+
 pub mod admin;
 pub mod aws;
 pub mod backoff;

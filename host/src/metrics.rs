@@ -70,6 +70,7 @@ fn call_histogram() -> Histogram {
 }
 
 impl Metrics {
+    /// Metrics of the worker `worker` reading `stream`.
     pub fn new(stream: &str, worker: &str) -> Self {
         let labels = [("stream".into(), stream.to_owned().into()), ("worker".into(), worker.to_owned().into())];
         let mut registry = Registry::with_prefix_and_labels("kcl_host", labels.into_iter());
@@ -132,10 +133,12 @@ impl Metrics {
         ShardMetrics { metrics: self.clone(), labels: ShardLabels { shard: shard.to_owned() }, version: Default::default() }
     }
 
+    /// The worker holds `count` leases.
     pub fn leases_held(&self, count: usize) {
         self.leases_held.set(count as i64);
     }
 
+    /// A take pass took a lease; `stolen` when from a live worker.
     pub fn lease_taken(&self, stolen: bool) {
         self.leases_taken.inc();
         if stolen {
@@ -143,18 +146,22 @@ impl Metrics {
         }
     }
 
+    /// A lease was lost.
     pub fn lease_lost(&self) {
         self.leases_lost.inc();
     }
 
+    /// A renewal write failed.
     pub fn renewal_failed(&self) {
         self.renewals_failed.inc();
     }
 
+    /// Bytes kept for re-delivery after a swap.
     pub fn swap_buffer(&self, bytes: usize) {
         self.swap_buffer.set(bytes as i64);
     }
 
+    /// A rollout was rolled back.
     pub fn rolled_back(&self) {
         self.rollbacks.inc();
     }
@@ -179,10 +186,12 @@ impl ShardMetrics {
         m.call_seconds.get_or_create(&self.labels).observe(took.as_secs_f64());
     }
 
+    /// How far the last batch was behind the tip.
     pub fn millis_behind_latest(&self, millis: u64) {
         self.metrics.millis_behind.get_or_create(&self.labels).set(millis as i64);
     }
 
+    /// A processor call failed with `error`.
     pub fn guest_error(&self, error: &CallError) {
         let kind = match error {
             CallError::Retryable(_) => "retryable",
@@ -195,15 +204,18 @@ impl ShardMetrics {
         self.metrics.guest_errors.get_or_create(&ErrorLabels { shard: self.labels.shard.clone(), kind }).inc();
     }
 
+    /// The shard's processor instance was restarted.
     pub fn restarted(&self) {
         self.metrics.restarts.get_or_create(&self.labels).inc();
     }
 
+    /// A checkpoint write happened; `written` when it succeeded.
     pub fn checkpoint(&self, written: bool) {
         let family = if written { &self.metrics.checkpoints_written } else { &self.metrics.checkpoints_refused };
         family.get_or_create(&self.labels).inc();
     }
 
+    /// GetRecords calls for a batch, and how many were throttled.
     pub fn get_records(&self, calls: u64, throttles: u64) {
         self.metrics.get_records.get_or_create(&self.labels).inc_by(calls);
         self.metrics.throttles.get_or_create(&self.labels).inc_by(throttles);

@@ -27,9 +27,12 @@ struct InputLine {
 /// A line of the input that cannot be turned into a record.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
+    /// The input could not be read.
     #[error("cannot read the input: {0}")]
     Read(#[from] std::io::Error),
+    /// A line is not a record.
     #[error("input line {line}: {reason}")]
+    #[allow(missing_docs)] // fields named in the message
     Line { line: usize, reason: String },
 }
 
@@ -97,10 +100,13 @@ fn generated_sequence_number(line: usize) -> String {
 /// What a replay did.
 #[derive(Debug, Default)]
 pub struct ReplayReport {
+    /// Records delivered.
     pub records: usize,
+    /// Batches delivered.
     pub batches: usize,
     /// Every checkpoint the processor made, in order.
     pub checkpoints: Vec<String>,
+    /// How long the replay took.
     pub elapsed: Duration,
 }
 
@@ -108,9 +114,13 @@ pub struct ReplayReport {
 #[derive(Debug, thiserror::Error)]
 #[error("{call} failed after {records_done} records: {error}")]
 pub struct ReplayError {
+    /// The call that failed (`initialize`, `process-records`, `shutdown`).
     pub call: String,
+    /// Records processed before it.
     pub records_done: usize,
+    /// How it failed.
     pub error: CallError,
+    /// What the replay did up to then.
     pub report: ReplayReport,
 }
 

@@ -19,7 +19,9 @@ use crate::lease::{Checkpoint, Lease};
 /// Where a shard with no checkpoint and no leased parent starts.
 #[derive(Clone, Debug, PartialEq)]
 pub enum InitialPosition {
+    /// Every record still kept.
     TrimHorizon,
+    /// Only records put after the lease is created.
     Latest,
     /// Milliseconds since the Unix epoch.
     AtTimestamp(i64),
@@ -39,10 +41,13 @@ impl InitialPosition {
 /// One shard as ListShards describes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Shard {
+    /// The shard id.
     pub id: String,
     /// `ParentShardId` and `AdjacentParentShardId`.
     pub parents: BTreeSet<String>,
+    /// The first hash key of the shard.
     pub starting_hash_key: String,
+    /// The last hash key of the shard.
     pub ending_hash_key: String,
     /// Whether the shard has an ending sequence number (no more writes).
     pub closed: bool,

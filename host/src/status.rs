@@ -30,6 +30,7 @@ pub enum State {
     Unassigned,
     /// A parent is not at `SHARD_END` yet.
     WaitingForParents,
+    /// Processed to its end.
     ShardEnd,
 }
 
@@ -46,23 +47,34 @@ impl State {
     }
 }
 
+/// One shard's lease, as `status` shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct ShardRow {
+    /// The shard id.
     pub shard: String,
+    /// Where it stands.
     pub state: State,
+    /// Who holds it.
     pub owner: Option<String>,
+    /// The `checkpoint` column.
     pub checkpoint: String,
+    /// The checkpoint's sub-sequence number.
     pub sub_sequence_number: u64,
+    /// `leaseCounter`.
     pub counter: u64,
+    /// The shard's parents.
     pub parents: Vec<String>,
     /// With `--lag`: how far the checkpoint is behind the shard's tip.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lag_ms: Option<u64>,
 }
 
+/// One worker, as `status` shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkerRow {
+    /// The worker id.
     pub worker: String,
+    /// How many leases it holds.
     pub leases: usize,
     /// Since the worker's last heartbeat; `None` for a worker without one.
     pub heartbeat_age_ms: Option<u64>,
@@ -71,10 +83,14 @@ pub struct WorkerRow {
     pub processor: Option<String>,
 }
 
+/// What `kcl-host status` shows.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// The application.
     pub application: String,
+    /// Every lease.
     pub shards: Vec<ShardRow>,
+    /// Every worker that holds a lease or has a heartbeat.
     pub workers: Vec<WorkerRow>,
     /// What `kcl-host deploy` asked every worker to run, if it was used.
     pub deployed: Option<DeployedRow>,
@@ -82,9 +98,12 @@ pub struct Report {
     pub unreadable: Vec<String>,
 }
 
+/// The `deploy` row.
 #[derive(Clone, Debug, Serialize)]
 pub struct DeployedRow {
+    /// The version to run.
     pub processor: String,
+    /// Where it is stored.
     pub source: String,
     /// What `kcl-host deploy --rollback` returns to.
     pub previous: Option<String>,

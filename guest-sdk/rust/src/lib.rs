@@ -47,6 +47,8 @@
 //! `cargo build --target wasm32-wasip2 --release` then gives a component that
 //! `kcl-host replay` and `kcl-host run` accept.
 
+#![warn(missing_docs)]
+
 mod adapter;
 mod checkpointer;
 pub mod log;

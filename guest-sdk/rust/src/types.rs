@@ -10,12 +10,15 @@ use crate::bindings::kcl::processor::types as wit;
 pub struct Record<'a> {
     /// The payload as the producer wrote it.
     pub data: &'a [u8],
+    /// The key the producer chose; it picked the shard.
     pub partition_key: &'a str,
+    /// Where the record is in the shard; checkpoints name it.
     pub sequence_number: &'a str,
     /// Set for a user record de-aggregated from a KPL aggregate record.
     pub sub_sequence_number: Option<u64>,
     /// When Kinesis accepted the record.
     pub approximate_arrival: SystemTime,
+    /// The hash key the producer gave instead of hashing the partition key.
     pub explicit_hash_key: Option<&'a str>,
 }
 
@@ -38,6 +41,7 @@ impl Batch {
         self.columns.data_ends.len()
     }
 
+    /// Whether there are no records.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -110,11 +114,14 @@ impl<'a> IntoIterator for &'a Batch {
 /// The shard a processor serves and where delivery starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardInfo {
+    /// The Kinesis stream.
     pub stream_name: String,
+    /// The shard this instance serves.
     pub shard_id: String,
     /// The last checkpointed sequence number, or `TRIM_HORIZON` / `LATEST` /
     /// `AT_TIMESTAMP` for a shard never checkpointed.
     pub starting_checkpoint: String,
+    /// Set when the checkpoint is inside a KPL aggregate: the user record's position in it.
     pub starting_sub_sequence_number: Option<u64>,
 }
 

@@ -53,6 +53,7 @@ pub struct TakePass<S> {
 const TAKE_ROUNDS: usize = 3;
 
 impl<S: LeaseStore> Coordinator<S> {
+    /// A coordinator taking leases from `store` as `worker_id`.
     pub fn new(store: Arc<S>, worker_id: impl Into<String>, settings: TakeSettings) -> Self {
         Self {
             store,

@@ -42,6 +42,7 @@ pub struct DynamoStore {
 }
 
 impl DynamoStore {
+    /// The lease table `table`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         let table = KeyedTable { client: client.clone(), name: table.into(), key: "leaseKey", what: "lease table" };
         Self { client, table, renewal_timeout: None }

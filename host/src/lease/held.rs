@@ -15,8 +15,10 @@ use super::{Checkpoint, Lease, LeaseStore};
 /// Why a checkpoint write did not happen.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CheckpointFailure {
+    /// Another worker holds the lease now, or its validity ran out.
     #[error("the lease is no longer held by this worker")]
     LeaseLost,
+    /// The write failed; the lease may still be held.
     #[error("the lease table could not be written: {0}")]
     Unavailable(String),
 }

@@ -39,6 +39,7 @@ pub enum Checkpoint {
 }
 
 impl Checkpoint {
+    /// The `checkpoint` column of a shard processed to its end.
     pub const SHARD_END: &'static str = "SHARD_END";
 
     /// Parses the `checkpoint` and `checkpointSubSequenceNumber` columns, in
@@ -98,13 +99,17 @@ pub struct Lease {
     pub owner: Option<String>,
     /// Bumped by every write (`leaseCounter`); writes are conditional on it.
     pub counter: u64,
+    /// How far the shard was processed.
     pub checkpoint: Checkpoint,
+    /// `ownerSwitchesSinceCheckpoint`, kept as Java KCL keeps it.
     pub owner_switches_since_checkpoint: u64,
     /// `ParentShardId` and `AdjacentParentShardId` (`parentShardId`).
     pub parents: BTreeSet<String>,
     /// Recorded with `SHARD_END` (`childShardIds`).
     pub children: BTreeSet<String>,
+    /// The shard's hash key range (`hashKeyRange`), for KPL aggregates across a reshard.
     pub starting_hash_key: Option<String>,
+    /// The end of that range.
     pub ending_hash_key: Option<String>,
 }
 
@@ -129,6 +134,7 @@ impl Lease {
         self.checkpoint == Checkpoint::ShardEnd
     }
 
+    /// Whether `worker` holds it.
     pub fn is_owned_by(&self, worker: &str) -> bool {
         self.owner.as_deref() == Some(worker)
     }
@@ -137,6 +143,7 @@ impl Lease {
 /// The lease table as one scan read it.
 #[derive(Clone, Debug, Default)]
 pub struct LeaseScan {
+    /// The rows that are leases.
     pub leases: Vec<Lease>,
     /// Keys of rows that could not be read as leases.
     pub unreadable: BTreeSet<String>,
@@ -145,6 +152,7 @@ pub struct LeaseScan {
 /// A lease table operation that failed for a reason other than a lost race.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
+    /// The DynamoDB call failed.
     #[error(transparent)]
     Aws(#[from] AwsError),
 }

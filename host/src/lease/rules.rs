@@ -130,8 +130,11 @@ pub struct View<'a> {
     pub held: &'a HashSet<String>,
     /// Held leases already being given back.
     pub releasing: &'a HashSet<String>,
+    /// The live and dead workers.
     pub fleet: &'a Fleet,
+    /// When each lease was last seen to change.
     pub tracker: &'a ExpiryTracker,
+    /// The time of the scan.
     pub now: Instant,
 }
 

@@ -37,7 +37,9 @@ struct UserRecord {
 /// A shard's range of hash keys, both ends included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HashRange {
+    /// The first hash key of the range.
     pub start: u128,
+    /// The last hash key of the range.
     pub end: u128,
 }
 

@@ -20,16 +20,27 @@ pub const EXPLICIT_HASH_KEY: u8 = 2;
 /// `kcl:processor/types.batch` of 0.2, field for field.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
+    /// Every record's data, one after another.
     pub data: Vec<u8>,
+    /// Where each record's data ends in `data`.
     pub data_ends: Vec<u32>,
+    /// Every partition key, one after another.
     pub partition_keys: String,
+    /// Where each partition key ends.
     pub partition_key_ends: Vec<u32>,
+    /// Every sequence number, one after another.
     pub sequence_numbers: String,
+    /// Where each sequence number ends.
     pub sequence_number_ends: Vec<u32>,
+    /// When Kinesis accepted each record, in ms since the Unix epoch.
     pub arrival_timestamps_ms: Vec<u64>,
+    /// Each record's position in its KPL aggregate (0 if not aggregated).
     pub sub_sequence_numbers: Vec<u64>,
+    /// Every explicit hash key, one after another.
     pub explicit_hash_keys: String,
+    /// Where each explicit hash key ends.
     pub explicit_hash_key_ends: Vec<u32>,
+    /// One `record-flags` byte per record.
     pub flags: Vec<u8>,
     /// How far this batch is behind the tip of the shard.
     pub millis_behind_latest: u64,
@@ -38,13 +49,17 @@ pub struct Batch {
 /// One record, borrowed from a [`Batch`] (or on its way into one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record<'a> {
+    /// The record's data.
     pub data: &'a [u8],
+    /// Its partition key.
     pub partition_key: &'a str,
+    /// Its sequence number.
     pub sequence_number: &'a str,
     /// Set for a user record de-aggregated from a KPL aggregate.
     pub sub_sequence_number: Option<u64>,
     /// When Kinesis accepted the record, in milliseconds since the Unix epoch.
     pub arrival_timestamp_ms: u64,
+    /// Its explicit hash key, when it was put with one.
     pub explicit_hash_key: Option<&'a str>,
 }
 
@@ -73,6 +88,7 @@ impl Batch {
         self.data_ends.len()
     }
 
+    /// Whether the batch has no records.
     pub fn is_empty(&self) -> bool {
         self.data_ends.is_empty()
     }
@@ -147,10 +163,12 @@ pub struct Positions {
 }
 
 impl Positions {
+    /// How many positions.
     pub fn len(&self) -> usize {
         self.sequence_number_ends.len()
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.sequence_number_ends.is_empty()
     }
@@ -167,6 +185,7 @@ impl Positions {
         Position::new(self.sequence_number(i), sub).ok()
     }
 
+    /// The last position, if any.
     pub fn last(&self) -> Option<Position> {
         self.get(self.len().checked_sub(1)?)
     }

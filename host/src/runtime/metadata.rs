@@ -9,7 +9,9 @@ use wasmparser::{ComponentName, KnownCustom, Parser, Payload};
 /// What the component says about itself; either part may be missing.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ComponentMetadata {
+    /// The `component-name` section.
     pub name: Option<String>,
+    /// The `version` section.
     pub version: Option<String>,
 }
 

@@ -21,13 +21,17 @@ use crate::records::Position;
 /// wrong with it, and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The file could not be read.
     #[error("cannot read processor `{path}`: {source}; check the path")]
+    #[allow(missing_docs)] // fields named in the message
     Read { path: PathBuf, source: std::io::Error },
 
     #[error(
         "`{path}` is not a WebAssembly file (it does not start with `\\0asm`); \
          pass the .wasm component your processor build produced"
     )]
+    /// The file is not WebAssembly.
+    #[allow(missing_docs)] // fields named in the message
     NotWasm { path: PathBuf },
 
     #[error(
@@ -35,9 +39,13 @@ pub enum LoadError {
          wasm32-wasip2 target (`cargo build --target wasm32-wasip2`), or wrap it with \
          `wasm-tools component new`"
     )]
+    /// A core module, not a component.
+    #[allow(missing_docs)] // fields named in the message
     CoreModule { path: PathBuf },
 
+    /// The component does not validate.
     #[error("`{path}` is not a valid WebAssembly component: {reason}; rebuild it")]
+    #[allow(missing_docs)] // fields named in the message
     Invalid { path: PathBuf, reason: String },
 
     #[error(
@@ -45,6 +53,8 @@ pub enum LoadError {
          {limit_mib} MiB; raise --memory-limit-mib (or `memory_limit_mib` in the config file) \
          to at least {needed_mib} — the component itself is fine"
     )]
+    /// Its initial memory is over the memory limit.
+    #[allow(missing_docs)] // fields named in the message
     MemoryLimitTooSmall { path: PathBuf, needed_mib: usize, limit_mib: usize },
 
     #[error(
@@ -52,12 +62,16 @@ pub enum LoadError {
          implement a processor with the kcl-guest SDK (Rust) or the Go SDK",
         RECORD_PROCESSOR_EXPORTS[0].1, RECORD_PROCESSOR_EXPORTS[1].1
     )]
+    /// It exports no `record-processor`.
+    #[allow(missing_docs)] // fields named in the message
     MissingExport { path: PathBuf, exports: String },
 
     #[error(
         "`{path}` does not fit the kcl:processor@{version} world: {reason}; rebuild it \
          against this kcl-host's WIT (wit/processor.wit)"
     )]
+    /// It does not fit the contract it claims.
+    #[allow(missing_docs)] // fields named in the message
     WrongWorld { path: PathBuf, version: &'static str, reason: String },
 }
 

@@ -46,7 +46,9 @@ impl Default for SwapSettings {
 /// How one call of a processor version went, as a consumer reports it.
 #[derive(Clone, Debug)]
 pub struct CallReport {
+    /// The version's hash.
     pub processor: String,
+    /// Whether the call succeeded.
     pub ok: bool,
 }
 
@@ -87,6 +89,7 @@ pub struct Shard<'a> {
 }
 
 impl Rollout {
+    /// A rollout that starts with every shard on `processor`.
     pub fn new(processor: Processor, settings: SwapSettings, metrics: Arc<Metrics>) -> Self {
         let history = vec![processor.describe().to_owned()];
         Self { current: processor, candidate: None, blocked: HashSet::new(), settings, metrics, history }

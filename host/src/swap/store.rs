@@ -30,6 +30,7 @@ pub struct ComponentStore {
 }
 
 impl ComponentStore {
+    /// The component table of `application`.
     pub fn new(client: Client, application: &str) -> Self {
         let name = format!("{application}-KclHostComponents");
         Self { table: KeyedTable { client, name, key: "key", what: "kcl-host component table" } }
