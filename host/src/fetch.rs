@@ -307,7 +307,7 @@ impl Fetcher {
     /// Whether the stream exists but no longer lists this shard. (A missing
     /// stream is an error, never a reason to end shards.)
     async fn is_past_retention(&self) -> Result<bool, AwsError> {
-        let shards = crate::shard::list_shards(&self.client, &self.stream).await?;
+        let shards = crate::stream::list_shards(&self.client, &self.stream).await?;
         Ok(!shards.iter().any(|s| s.id == self.shard))
     }
 }

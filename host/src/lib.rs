@@ -24,5 +24,6 @@ pub mod replay;
 pub mod runtime;
 pub mod shard;
 pub mod status;
+pub mod stream;
 pub mod swap;
 pub mod worker;
