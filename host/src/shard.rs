@@ -127,6 +127,7 @@ impl<'a> Graph<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn shard(id: &str, parents: &[&str], closed: bool) -> Shard {
         Shard {
