@@ -27,17 +27,20 @@
 //!
 //! Durations are written with a unit: `500ms`, `10s`, `2m`, `1h`.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+mod layer;
+mod values;
 
-use aws_smithy_types::date_time::{DateTime, Format};
-use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::aws::AwsSettings;
 use crate::fetch::{FetchSettings, MAX_RECORDS_LIMIT};
 use crate::lease::rules::TakeSettings;
 use crate::runtime::RuntimeConfig;
 use crate::shard::InitialPosition;
+pub use layer::Layer;
+pub use values::{duration, parse_duration};
+use values::{check_application, default_worker_id, initial_position, positive, stream_name};
 
 /// A setting that cannot be used, named with how to fix it.
 #[derive(Debug, thiserror::Error)]
@@ -54,80 +57,6 @@ pub enum ConfigError {
     #[error("`{setting}` = {value:?} is not valid: {reason}")]
     #[allow(missing_docs)] // fields named in the message
     Invalid { setting: &'static str, value: String, reason: String },
-}
-
-/// Every setting, each optional: one layer (flags, or the file). Each
-/// field is the flag of the same name (`worker_id` is `--worker-id`);
-/// `--help` and the README say what each one does.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(missing_docs)] // each field is documented as its flag
-pub struct Layer {
-    pub stream: Option<String>,
-    pub application: Option<String>,
-    pub worker_id: Option<String>,
-    pub region: Option<String>,
-    pub profile: Option<String>,
-    pub kinesis_endpoint: Option<String>,
-    pub dynamodb_endpoint: Option<String>,
-    pub initial_position: Option<String>,
-    pub initial_timestamp: Option<String>,
-    pub max_leases: Option<usize>,
-    pub max_leases_to_steal: Option<usize>,
-    pub failover_time: Option<String>,
-    pub shard_sync_interval: Option<String>,
-    pub idle_time_between_reads: Option<String>,
-    pub max_records: Option<i32>,
-    pub retrieval: Option<String>,
-    pub admin_listen: Option<String>,
-    pub swap_canary_batches: Option<u32>,
-    pub swap_rollback_after: Option<u32>,
-    pub swap_buffer_mib: Option<usize>,
-    pub swap_canary_input: Option<PathBuf>,
-    pub watch: Option<bool>,
-    pub memory_limit_mib: Option<usize>,
-    pub call_deadline: Option<String>,
-    pub max_instances: Option<u32>,
-    pub cache_dir: Option<PathBuf>,
-    pub no_cache: Option<bool>,
-}
-
-impl Layer {
-    /// Reads a TOML file of settings.
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let file = |reason: String| ConfigError::File { path: path.display().to_string(), reason };
-        let text = std::fs::read_to_string(path).map_err(|e| file(e.to_string()))?;
-        toml::from_str(&text).map_err(|e| file(e.to_string()))
-    }
-
-    /// This layer, with `lower` filling what it leaves out.
-    pub fn over(self, lower: Layer) -> Layer {
-        macro_rules! merge {
-            ($($field:ident),*) => { Layer { $($field: self.$field.or(lower.$field)),* } };
-        }
-        merge!(
-            stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
-            initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
-            swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
-        )
-    }
-
-    /// The sandbox limits this layer (over the defaults) describes.
-    pub fn runtime(&self) -> Result<RuntimeConfig, ConfigError> {
-        let defaults = RuntimeConfig::default();
-        let memory_limit_mib = positive("memory_limit_mib", self.memory_limit_mib.unwrap_or(defaults.memory_limit >> 20))?;
-        Ok(RuntimeConfig {
-            memory_limit: memory_limit_mib.checked_mul(1 << 20).ok_or_else(|| ConfigError::Invalid {
-                setting: "memory_limit_mib",
-                value: memory_limit_mib.to_string(),
-                reason: "is larger than this machine can address".into(),
-            })?,
-            call_deadline: duration("call_deadline", self.call_deadline.as_deref(), defaults.call_deadline)?,
-            max_instances: positive("max_instances", self.max_instances.unwrap_or(defaults.max_instances) as usize)? as u32,
-            cache_dir: if self.no_cache == Some(true) { None } else { self.cache_dir.clone().or(defaults.cache_dir) },
-        })
-    }
 }
 
 /// How shards are read (`retrievalSpecificConfig` in Java KCL).
@@ -186,42 +115,6 @@ pub struct WorkerConfig {
     pub watch: bool,
     /// The sandbox of every processor instance.
     pub runtime: RuntimeConfig,
-}
-
-/// The stream's name, given its name or (as Java KCL accepts) its ARN,
-/// `arn:<partition>:kinesis:<region>:<account>:stream/<name>`.
-fn stream_name(given: &str) -> Result<String, ConfigError> {
-    if !given.starts_with("arn:") {
-        return Ok(given.to_owned());
-    }
-    let invalid = |reason: &str| ConfigError::Invalid { setting: "stream", value: given.to_owned(), reason: reason.to_owned() };
-    let parts: Vec<&str> = given.splitn(6, ':').collect();
-    match parts[..] {
-        [_, _, "kinesis", _, _, resource] => match resource.strip_prefix("stream/") {
-            Some(name) if !name.is_empty() && !name.contains('/') => Ok(name.to_owned()),
-            _ => Err(invalid("a stream ARN ends in `stream/<name>`")),
-        },
-        _ => Err(invalid("give a stream name or a Kinesis stream ARN, `arn:aws:kinesis:<region>:<account>:stream/<name>`")),
-    }
-}
-
-/// The longest application name whose tables all fit DynamoDB's 255
-/// characters: `<application>-KclHostComponents` is the longest.
-const MAX_APPLICATION: usize = 255 - "-KclHostComponents".len();
-
-/// An application name DynamoDB takes for the lease table and the tables named after it.
-fn check_application(name: &str) -> Result<(), ConfigError> {
-    let invalid = |reason: String| ConfigError::Invalid { setting: "application", value: name.to_owned(), reason };
-    if name.len() < 3 || name.len() > MAX_APPLICATION {
-        return Err(invalid(format!(
-            "use 3 to {MAX_APPLICATION} characters (it names the lease table, and `<application>-KclHostControl` and \
-             `<application>-KclHostComponents`, which DynamoDB allows up to 255)"
-        )));
-    }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))) {
-        return Err(invalid(format!("`{bad}` cannot be in a DynamoDB table name: use letters, digits, `_`, `-` and `.`")));
-    }
-    Ok(())
 }
 
 impl WorkerConfig {
@@ -305,80 +198,10 @@ impl WorkerConfig {
     }
 }
 
-/// `hostname-pid-random`: unique per process, readable in the lease table.
-fn default_worker_id() -> String {
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "worker".into());
-    format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
-}
-
-fn positive(setting: &'static str, value: usize) -> Result<usize, ConfigError> {
-    if value == 0 {
-        return Err(ConfigError::Invalid { setting, value: "0".into(), reason: "must be at least 1".into() });
-    }
-    Ok(value)
-}
-
-fn initial_position(position: Option<&str>, timestamp: Option<&str>) -> Result<InitialPosition, ConfigError> {
-    let invalid = |value: &str, reason: &str| ConfigError::Invalid {
-        setting: "initial_position",
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    };
-    match (position.unwrap_or("TRIM_HORIZON").to_ascii_uppercase().as_str(), timestamp) {
-        ("TRIM_HORIZON", None) => Ok(InitialPosition::TrimHorizon),
-        ("LATEST", None) => Ok(InitialPosition::Latest),
-        ("AT_TIMESTAMP", Some(ts)) => DateTime::from_str(ts, Format::DateTime)
-            .ok()
-            .and_then(|t| t.to_millis().ok())
-            .map(InitialPosition::AtTimestamp)
-            .ok_or_else(|| ConfigError::Invalid {
-                setting: "initial_timestamp",
-                value: ts.to_owned(),
-                reason: "use RFC 3339, like 2026-01-31T12:00:00Z".into(),
-            }),
-        ("AT_TIMESTAMP", None) => Err(invalid("AT_TIMESTAMP", "also give initial_timestamp (RFC 3339)")),
-        (other @ ("TRIM_HORIZON" | "LATEST"), Some(_)) => Err(invalid(other, "initial_timestamp only goes with AT_TIMESTAMP")),
-        (other, _) => Err(invalid(other, "use TRIM_HORIZON, LATEST or AT_TIMESTAMP")),
-    }
-}
-
-/// The longest duration any setting takes: longer ones are typos, and
-/// would overflow the clock arithmetic they feed.
-const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
-
-/// Parses `250ms`, `10s`, `2m`, `1h`. A bare number is refused: its unit
-/// would be a guess.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().ok()?;
-    let seconds = |factor: u64| n.checked_mul(factor).map(Duration::from_secs);
-    match unit.trim() {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => seconds(1),
-        "m" => seconds(60),
-        "h" => seconds(3600),
-        _ => None,
-    }
-}
-
-/// `value` read as a duration with a unit (`500ms`, `10s`, `2m`, `1h`), or
-/// `default` when there is none.
-pub fn duration(setting: &'static str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
-    let Some(text) = value else { return Ok(default) };
-    let invalid = |reason: &str| ConfigError::Invalid { setting, value: text.to_owned(), reason: reason.to_owned() };
-    match parse_duration(text) {
-        None => Err(invalid("use a duration with a unit, like 500ms, 10s, 2m or 1h")),
-        Some(d) if d.is_zero() => Err(invalid("must be longer than zero")),
-        Some(d) if d > MAX_DURATION => Err(invalid("must be at most 24h")),
-        Some(d) => Ok(d),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn a_stream_is_given_by_name_or_by_arn() {

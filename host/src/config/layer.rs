@@ -1,0 +1,84 @@
+//! One layer of settings (the flags, or the file), each optional, and how
+//! layers stack.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::values::{duration, positive};
+use super::ConfigError;
+use crate::runtime::RuntimeConfig;
+
+/// Every setting, each optional: one layer (flags, or the file). Each
+/// field is the flag of the same name (`worker_id` is `--worker-id`);
+/// `--help` and the README say what each one does.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)] // each field is documented as its flag
+pub struct Layer {
+    pub stream: Option<String>,
+    pub application: Option<String>,
+    pub worker_id: Option<String>,
+    pub region: Option<String>,
+    pub profile: Option<String>,
+    pub kinesis_endpoint: Option<String>,
+    pub dynamodb_endpoint: Option<String>,
+    pub initial_position: Option<String>,
+    pub initial_timestamp: Option<String>,
+    pub max_leases: Option<usize>,
+    pub max_leases_to_steal: Option<usize>,
+    pub failover_time: Option<String>,
+    pub shard_sync_interval: Option<String>,
+    pub idle_time_between_reads: Option<String>,
+    pub max_records: Option<i32>,
+    pub retrieval: Option<String>,
+    pub admin_listen: Option<String>,
+    pub swap_canary_batches: Option<u32>,
+    pub swap_rollback_after: Option<u32>,
+    pub swap_buffer_mib: Option<usize>,
+    pub swap_canary_input: Option<PathBuf>,
+    pub watch: Option<bool>,
+    pub memory_limit_mib: Option<usize>,
+    pub call_deadline: Option<String>,
+    pub max_instances: Option<u32>,
+    pub cache_dir: Option<PathBuf>,
+    pub no_cache: Option<bool>,
+}
+
+impl Layer {
+    /// Reads a TOML file of settings.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let file = |reason: String| ConfigError::File { path: path.display().to_string(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| file(e.to_string()))?;
+        toml::from_str(&text).map_err(|e| file(e.to_string()))
+    }
+
+    /// This layer, with `lower` filling what it leaves out.
+    pub fn over(self, lower: Layer) -> Layer {
+        macro_rules! merge {
+            ($($field:ident),*) => { Layer { $($field: self.$field.or(lower.$field)),* } };
+        }
+        merge!(
+            stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
+            initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
+            idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
+            swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
+        )
+    }
+
+    /// The sandbox limits this layer (over the defaults) describes.
+    pub fn runtime(&self) -> Result<RuntimeConfig, ConfigError> {
+        let defaults = RuntimeConfig::default();
+        let memory_limit_mib = positive("memory_limit_mib", self.memory_limit_mib.unwrap_or(defaults.memory_limit >> 20))?;
+        Ok(RuntimeConfig {
+            memory_limit: memory_limit_mib.checked_mul(1 << 20).ok_or_else(|| ConfigError::Invalid {
+                setting: "memory_limit_mib",
+                value: memory_limit_mib.to_string(),
+                reason: "is larger than this machine can address".into(),
+            })?,
+            call_deadline: duration("call_deadline", self.call_deadline.as_deref(), defaults.call_deadline)?,
+            max_instances: positive("max_instances", self.max_instances.unwrap_or(defaults.max_instances) as usize)? as u32,
+            cache_dir: if self.no_cache == Some(true) { None } else { self.cache_dir.clone().or(defaults.cache_dir) },
+        })
+    }
+}
