@@ -20,7 +20,7 @@ fi
 guests=(noop counter json-aggregate)
 packages=()
 for g in "${guests[@]}"; do packages+=(-p "kcl-example-$g"); done
-packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged)
+packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged -p kcl-test-guest-forward)
 cargo build --quiet --target wasm32-wasip2 --profile guest "${packages[@]}"
 
 target=${CARGO_TARGET_DIR:-$root/target}
@@ -30,11 +30,13 @@ for g in "${guests[@]}"; do
 done
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_faulty.wasm" examples/build/faulty.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_tagged.wasm" examples/build/tagged.wasm
+cp "$target/wasm32-wasip2/guest/kcl_test_guest_forward.wasm" examples/build/forward.wasm
 # Apart, and after the copies: built with the others, cargo would unify
 # features and give it the JSON example's 0.2 export too; and building it
 # rebuilds that example without its export (so it is copied first).
-cargo build --quiet --target wasm32-wasip2 --profile guest -p kcl-test-guest-legacy
+cargo build --quiet --target wasm32-wasip2 --profile guest -p kcl-test-guest-legacy -p kcl-test-guest-legacy-v0-2
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy.wasm" examples/build/legacy-v0.1.wasm
+cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_2.wasm" examples/build/legacy-v0.2.wasm
 for g in counter json-aggregate; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done
@@ -49,6 +51,6 @@ stamp() {
   "$wasm_tools" metadata add --name "$1" --version "${id##*@}" "$2" -o "$2"
 }
 for g in "${guests[@]}"; do stamp "kcl-example-$g" "examples/build/$g.wasm"; done
-for g in faulty tagged; do stamp "kcl-test-guest-$g" "examples/build/$g.wasm"; done
+for g in faulty tagged forward; do stamp "kcl-test-guest-$g" "examples/build/$g.wasm"; done
 stamp kcl-test-guest-legacy examples/build/legacy-v0.1.wasm
 echo "guests built: $(cd examples/build && ls *.wasm | tr '\n' ' ')"

@@ -305,6 +305,26 @@ pub struct RuntimeArgs {
     /// Compile the component on every start instead of caching it.
     #[arg(long)]
     pub no_cache: bool,
+    /// An output target processors send to by NAME: kinesis:STREAM, dynamodb:TABLE, http(s)://URL, stdout or file:PATH (repeatable). `replay` prints what is sent instead (a file target writes its file).
+    #[arg(long = "output", value_name = "NAME=URI", value_parser = key_value, env = "KCL_HOST_OUTPUTS", value_delimiter = ',')]
+    pub outputs: Vec<(String, String)>,
+    /// Output bytes all shards may queue, together, before a send waits for them to be written [default: 64].
+    #[arg(long, env = "KCL_HOST_OUTPUT_BUFFER_MIB")]
+    pub output_buffer_mib: Option<usize>,
+    /// A destination processors may send HTTP requests to, in Spin's syntax: https://api.example.com, https://*.example.com:8443, http://127.0.0.1:8080 (repeatable). None by default.
+    #[arg(long, value_name = "SCHEME://HOST[:PORT]", env = "KCL_HOST_ALLOW_OUTBOUND", value_delimiter = ',')]
+    pub allow_outbound: Vec<String>,
+    /// A variable processors read through wasi:config/store (repeatable).
+    #[arg(long = "var", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub vars: Vec<(String, String)>,
+}
+
+/// `KEY=VALUE`, split at the first `=`.
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("`{text}` is not KEY=VALUE")),
+    }
 }
 
 impl RuntimeArgs {
@@ -315,6 +335,10 @@ impl RuntimeArgs {
             call_deadline: self.call_deadline.clone(),
             cache_dir: self.cache_dir.clone(),
             no_cache: self.no_cache.then_some(true),
+            outputs: (!self.outputs.is_empty()).then(|| self.outputs.iter().cloned().collect()),
+            output_buffer_mib: self.output_buffer_mib,
+            allow_outbound: (!self.allow_outbound.is_empty()).then(|| self.allow_outbound.clone()),
+            vars: (!self.vars.is_empty()).then(|| self.vars.iter().cloned().collect()),
             ..Layer::default()
         }
     }

@@ -52,16 +52,26 @@ const GO: [(&str, &str); 3] = [
 
 /// The SDKs, the WIT and the Go build scripts, as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 21] = [
+const BUNDLE: [(&str, &str); 31] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
     ("guest-sdk/rust/src/checkpointer.rs", include_str!("../../guest-sdk/rust/src/checkpointer.rs")),
     ("guest-sdk/rust/src/log.rs", include_str!("../../guest-sdk/rust/src/log.rs")),
     ("guest-sdk/rust/src/types.rs", include_str!("../../guest-sdk/rust/src/types.rs")),
+    ("guest-sdk/rust/src/output.rs", include_str!("../../guest-sdk/rust/src/output.rs")),
+    ("guest-sdk/rust/src/config.rs", include_str!("../../guest-sdk/rust/src/config.rs")),
+    ("wit/deps/config/store.wit", include_str!("../../wit/deps/config/store.wit")),
+    ("wit/deps/config/world.wit", include_str!("../../wit/deps/config/world.wit")),
     ("guest-sdk/go/go.mod", include_str!("../../guest-sdk/go/go.mod")),
     ("guest-sdk/go/README.md", include_str!("../../guest-sdk/go/README.md")),
     ("guest-sdk/go/kcl.go", include_str!("../../guest-sdk/go/kcl.go")),
+    ("guest-sdk/go/output.go", include_str!("../../guest-sdk/go/output.go")),
+    ("guest-sdk/go/config.go", include_str!("../../guest-sdk/go/config.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_output/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_output/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_output/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_output/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/wasi_config_store/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_config_store/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/wasi_config_store/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_config_store/empty.s")),
     ("guest-sdk/go/internal/wit/exports/export_kcl_processor_record_processor/exports.go", include_str!("../../guest-sdk/go/internal/wit/exports/export_kcl_processor_record_processor/exports.go")),
     ("guest-sdk/go/internal/wit/exports/wit_exports/wit_exports.go", include_str!("../../guest-sdk/go/internal/wit/exports/wit_exports/wit_exports.go")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_checkpointer/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_checkpointer/wit_bindings.go")),

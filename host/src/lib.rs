@@ -19,6 +19,7 @@ pub mod fetch;
 pub mod init;
 pub mod lease;
 pub mod metrics;
+pub mod output;
 pub mod records;
 pub mod replay;
 pub mod runtime;

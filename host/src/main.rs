@@ -7,6 +7,7 @@ use kcl_host::aws::{AwsClients, AwsError, Service};
 use kcl_host::cli::{Cli, Command, DeployArgs, LogFormat, ReplayArgs, RunArgs, StatusArgs};
 use kcl_host::config::{duration, Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
+use kcl_host::output::Outputs;
 use kcl_host::runtime::ShardInfo;
 use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
 use kcl_host::swap::Swapper;
@@ -85,10 +86,12 @@ async fn run_replay(args: ReplayArgs) -> Result<(), String> {
     .map_err(|e| format!("{}: {e}", args.input.display()))?;
 
     let config = RuntimeConfig { max_instances: 2, ..args.runtime.config().map_err(|e| e.to_string())? };
+    let (outputs, buffer) = args.runtime.layer().outputs().map_err(|e| e.to_string())?;
+    let outputs = Outputs::printed(&outputs, buffer);
     let runtime = Runtime::new(config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
     let shard = ShardInfo::new(args.stream, args.shard_id);
-    match replay::replay(&processor, shard, records, args.batch_size as usize, true).await {
+    match replay::replay(&processor, shard, records, args.batch_size as usize, true, Box::new(outputs.shard())).await {
         Ok(report) => {
             print_summary(&report);
             Ok(())
@@ -127,7 +130,7 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
     if let Some(path) = &config.swap_canary_input {
         let file = File::open(path).map_err(|e| format!("cannot open --swap-canary-input `{}`: {e}", path.display()))?;
         let records = replay::read_records(BufReader::new(file)).map_err(|e| format!("--swap-canary-input {}: {e}", path.display()))?;
-        swapper = swapper.with_canary_input(records);
+        swapper = swapper.with_canary_input(records, &config.outputs);
     }
     let swapper = std::sync::Arc::new(swapper);
     tokio::spawn(swapper.clone().on_signal(args.processor.clone()));
@@ -148,6 +151,10 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
         if summary.finished.is_empty() { "none".to_owned() } else { summary.finished.join(", ") },
         summary.versions.join(" -> "),
     );
+    if !summary.outputs.is_empty() {
+        let outputs: Vec<String> = summary.outputs.iter().map(|(name, n)| format!("{name}={n}")).collect();
+        tracing::info!("outputs written: {}", outputs.join(" "));
+    }
     let requests: Vec<String> = requests.snapshot().iter().map(|(op, n)| format!("{op}={n}")).collect();
     tracing::info!("requests sent: {}", requests.join(" "));
     Ok(())

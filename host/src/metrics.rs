@@ -37,6 +37,12 @@ struct VersionLabels {
     contract: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetLabels {
+    /// The output's declared name.
+    target: String,
+}
+
 type Histograms = Family<ShardLabels, Histogram, fn() -> Histogram>;
 
 /// Every metric of one worker.
@@ -62,6 +68,12 @@ pub struct Metrics {
     leases_stolen: Counter,
     leases_lost: Counter,
     renewals_failed: Counter,
+    output_records: Family<TargetLabels, Counter>,
+    output_bytes: Family<TargetLabels, Counter>,
+    output_retries: Family<TargetLabels, Counter>,
+    output_failures: Family<TargetLabels, Counter>,
+    output_write_seconds: Family<TargetLabels, Histogram, fn() -> Histogram>,
+    output_buffer: Gauge,
 }
 
 fn call_histogram() -> Histogram {
@@ -95,6 +107,12 @@ impl Metrics {
             leases_stolen: Counter::default(),
             leases_lost: Counter::default(),
             renewals_failed: Counter::default(),
+            output_records: Family::default(),
+            output_bytes: Family::default(),
+            output_retries: Family::default(),
+            output_failures: Family::default(),
+            output_write_seconds: Family::new_with_constructor(call_histogram),
+            output_buffer: Gauge::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -118,6 +136,12 @@ impl Metrics {
         r.register("leases_stolen", "Leases stolen to balance the load", metrics.leases_stolen.clone());
         r.register("leases_lost", "Leases lost to another worker or to a missed renewal", metrics.leases_lost.clone());
         r.register("renewals_failed", "Lease renewals that failed (the lease may still be valid)", metrics.renewals_failed.clone());
+        r.register("output_records", "Records written to each output target and acknowledged", metrics.output_records.clone());
+        r.register("output_bytes", "Bytes of data written to each output target", metrics.output_bytes.clone());
+        r.register("output_retries", "Requests or records sent again to each output target", metrics.output_retries.clone());
+        r.register("output_failures", "Flushes that failed because a target kept failing", metrics.output_failures.clone());
+        r.register("output_write_seconds", "Time to write a shard's queued outputs to a target, retries included", metrics.output_write_seconds.clone());
+        r.register("output_buffer_bytes", "Output bytes queued, all shards together, not yet acknowledged", metrics.output_buffer.clone());
         Metrics { registry, ..metrics }
     }
 
@@ -159,6 +183,25 @@ impl Metrics {
     /// Bytes kept for re-delivery after a swap.
     pub fn swap_buffer(&self, bytes: usize) {
         self.swap_buffer.set(bytes as i64);
+    }
+
+    /// A write of `records` (`bytes` of data) to the output `target` went
+    /// as `ok` says, after `took`, with `retries`.
+    pub fn output_written(&self, target: &str, records: usize, bytes: usize, retries: u64, ok: bool, took: Duration) {
+        let labels = TargetLabels { target: target.to_owned() };
+        if ok {
+            self.output_records.get_or_create(&labels).inc_by(records as u64);
+            self.output_bytes.get_or_create(&labels).inc_by(bytes as u64);
+        } else {
+            self.output_failures.get_or_create(&labels).inc();
+        }
+        self.output_retries.get_or_create(&labels).inc_by(retries);
+        self.output_write_seconds.get_or_create(&labels).observe(took.as_secs_f64());
+    }
+
+    /// Output bytes queued, all shards together.
+    pub fn output_buffer(&self, bytes: usize) {
+        self.output_buffer.set(bytes as i64);
     }
 
     /// A rollout was rolled back.

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::records::{kpl, Batch, Position, Record};
 use crate::runtime::{ShardInfo, ShutdownReason};
-use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor};
+use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, OutputSink, Processor};
 
 /// One input line, as the user writes it.
 #[derive(Deserialize)]
@@ -150,6 +150,7 @@ pub async fn replay(
     records: Batch,
     batch_size: usize,
     print_checkpoints: bool,
+    outputs: Box<dyn OutputSink>,
 ) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
     let sink = RecordingSink { print: print_checkpoints, ..RecordingSink::default() };
@@ -159,7 +160,7 @@ pub async fn replay(
         ReplayError { call, records_done, error, report }
     };
 
-    let mut instance = match processor.instantiate(&shard.shard_id, Box::new(sink.clone()), None).await {
+    let mut instance = match processor.instantiate_with_outputs(&shard.shard_id, Box::new(sink.clone()), outputs, None).await {
         Ok(instance) => instance,
         Err(e) => return Err(fail("instantiate".into(), e, report)),
     };

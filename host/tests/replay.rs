@@ -43,6 +43,15 @@ fn a_component_built_for_wit_0_1_still_replays() {
 }
 
 #[test]
+fn a_component_built_for_wit_0_2_still_replays() {
+    let (code, stdout, stderr) = replay("legacy-v0.2", &["--batch-size", "2"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("replayed 5 records in 3 batches") && stdout.contains("; 5 checkpoints"), "{stdout}");
+    assert_eq!(stderr.matches("kcl_host::guest: record ").count(), 5, "{stderr}");
+    assert!(stderr.contains("shutdown ShutdownReason::ShardEnd"), "{stderr}");
+}
+
+#[test]
 fn a_kpl_aggregate_replays_as_its_user_records() {
     use base64::Engine as _;
     let users = ["one", "two", "three"];

@@ -51,7 +51,9 @@
 
 mod adapter;
 mod checkpointer;
+pub mod config;
 pub mod log;
+pub mod output;
 mod types;
 
 pub use checkpointer::{CheckpointError, Checkpointer};
@@ -63,7 +65,8 @@ pub use types::{Batch, ProcessorError, Record, Records, ShardInfo, ShutdownReaso
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "processor",
+        world: "guest",
+        generate_all,
         pub_export_macro: true,
         export_macro_name: "__export_processor_world",
         default_bindings_module: "kcl_guest::bindings",

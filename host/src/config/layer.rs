@@ -1,13 +1,18 @@
 //! One layer of settings (the flags, or the file), each optional, and how
 //! layers stack.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use super::values::{duration, positive};
 use super::ConfigError;
-use crate::runtime::RuntimeConfig;
+use crate::output::{parse_outputs, OutputSpec};
+use crate::runtime::{OutboundPolicy, RuntimeConfig};
+
+/// Output bytes all shards may queue, together, before sends wait.
+pub const DEFAULT_OUTPUT_BUFFER_MIB: usize = 64;
 
 /// Every setting, each optional: one layer (flags, or the file). Each
 /// field is the flag of the same name (`worker_id` is `--worker-id`);
@@ -43,6 +48,12 @@ pub struct Layer {
     pub max_instances: Option<u32>,
     pub cache_dir: Option<PathBuf>,
     pub no_cache: Option<bool>,
+    /// `[outputs]` in the file: name = URI.
+    pub outputs: Option<BTreeMap<String, String>>,
+    pub output_buffer_mib: Option<usize>,
+    pub allow_outbound: Option<Vec<String>>,
+    /// `[vars]` in the file: key = value.
+    pub vars: Option<BTreeMap<String, String>>,
 }
 
 impl Layer {
@@ -62,7 +73,8 @@ impl Layer {
             stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
             idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
-            swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache
+            swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache, outputs,
+            output_buffer_mib, allow_outbound, vars
         )
     }
 
@@ -79,6 +91,24 @@ impl Layer {
             call_deadline: duration("call_deadline", self.call_deadline.as_deref(), defaults.call_deadline)?,
             max_instances: positive("max_instances", self.max_instances.unwrap_or(defaults.max_instances) as usize)? as u32,
             cache_dir: if self.no_cache == Some(true) { None } else { self.cache_dir.clone().or(defaults.cache_dir) },
+            outbound: OutboundPolicy::parse(self.allow_outbound.iter().flatten().map(String::as_str)).map_err(|reason| ConfigError::Invalid {
+                setting: "allow_outbound",
+                value: self.allow_outbound.clone().unwrap_or_default().join(","),
+                reason,
+            })?,
+            vars: self.vars.clone().unwrap_or_default(),
         })
+    }
+
+    /// The declared outputs and their buffer (default [`DEFAULT_OUTPUT_BUFFER_MIB`]).
+    pub fn outputs(&self) -> Result<(Vec<OutputSpec>, usize), ConfigError> {
+        let declared = self.outputs.clone().unwrap_or_default();
+        let specs = parse_outputs(&declared).map_err(|reason| ConfigError::Invalid {
+            setting: "outputs",
+            value: declared.iter().map(|(name, uri)| format!("{name}={uri}")).collect::<Vec<_>>().join(","),
+            reason,
+        })?;
+        let mib = positive("output_buffer_mib", self.output_buffer_mib.unwrap_or(DEFAULT_OUTPUT_BUFFER_MIB))?;
+        Ok((specs, mib << 20))
     }
 }

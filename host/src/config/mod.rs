@@ -37,8 +37,9 @@ use crate::aws::AwsSettings;
 use crate::fetch::{FetchSettings, MAX_RECORDS_LIMIT};
 use crate::lease::rules::TakeSettings;
 use crate::runtime::RuntimeConfig;
+use crate::output::OutputSpec;
 use crate::shard::InitialPosition;
-pub use layer::Layer;
+pub use layer::{Layer, DEFAULT_OUTPUT_BUFFER_MIB};
 pub use values::{duration, parse_duration};
 use values::{check_application, default_worker_id, initial_position, positive, stream_name};
 
@@ -115,12 +116,17 @@ pub struct WorkerConfig {
     pub watch: bool,
     /// The sandbox of every processor instance.
     pub runtime: RuntimeConfig,
+    /// The output targets processors may send to.
+    pub outputs: Vec<OutputSpec>,
+    /// Output bytes all shards may queue, together, before sends wait.
+    pub output_buffer_bytes: usize,
 }
 
 impl WorkerConfig {
     /// Resolves a merged layer into a checked config.
     pub fn resolve(layer: Layer) -> Result<Self, ConfigError> {
         let runtime = layer.runtime()?;
+        let (outputs, output_buffer_bytes) = layer.outputs()?;
         let stream = layer.stream.ok_or(ConfigError::Missing { setting: "stream", flag: "stream", env: "STREAM" })?;
         let stream = stream_name(&stream)?;
         let application = layer
@@ -194,6 +200,8 @@ impl WorkerConfig {
                 None => None,
             },
             runtime,
+            outputs,
+            output_buffer_bytes,
         })
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! The runtime checks that a checkpoint names a record this instance was
 //! actually given and that it does not move backwards (as the Java KCL
-//! does); the [`CheckpointSink`] supplied by the caller then records it
+//! does), then flushes the shard's outputs (a checkpoint is never ahead of
+//! them); the [`CheckpointSink`] supplied by the caller then records it
 //! (the fenced lease write in `kcl-host run`, a printout in `kcl-host replay`).
 
 use std::future::Future;
 use std::pin::Pin;
 
+use super::output::OutputSink;
 use super::CheckpointError;
 use crate::records::{Batch, Position, Positions};
 
@@ -30,6 +32,8 @@ pub trait CheckpointSink: Send {
 /// that same batch.
 pub(crate) struct Checkpoints {
     sink: Box<dyn CheckpointSink>,
+    /// The shard's outputs: flushed before every checkpoint write.
+    pub(crate) outputs: Box<dyn OutputSink>,
     last_checkpoint: Option<Position>,
     /// The batch of the current `process-records` call.
     in_call: Option<Positions>,
@@ -39,9 +43,10 @@ pub(crate) struct Checkpoints {
 }
 
 impl Checkpoints {
-    pub(crate) fn new(sink: Box<dyn CheckpointSink>, last_checkpoint: Option<Position>) -> Self {
+    pub(crate) fn new(sink: Box<dyn CheckpointSink>, outputs: Box<dyn OutputSink>, last_checkpoint: Option<Position>) -> Self {
         Self {
             sink,
+            outputs,
             last_checkpoint,
             in_call: None,
             acknowledged: None,
@@ -140,6 +145,9 @@ impl Checkpoints {
                 return Ok(());
             }
         }
+        if let Err(e) = self.outputs.flush().await {
+            return Err(CheckpointError::Unavailable(format!("the outputs could not be written, so the checkpoint was not: {e}")));
+        }
         self.sink.checkpoint(position.clone()).await?;
         self.last_checkpoint = Some(position);
         Ok(())
@@ -149,6 +157,7 @@ impl Checkpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::output::{NoOutputs, OutputFuture, OutputRecords, SendError};
     use crate::records::Record;
     use std::sync::{Arc, Mutex};
 
@@ -177,7 +186,7 @@ mod tests {
     #[tokio::test]
     async fn checkpoint_last_writes_the_last_delivered_record() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), None);
         cp.checkpoint_last().await.unwrap();
         cp.delivering(&batch(&["5", "7", "11"]));
         cp.checkpoint_last().await.unwrap();
@@ -188,7 +197,7 @@ mod tests {
     #[tokio::test]
     async fn outside_a_call_checkpoint_means_the_last_batch_that_returned_ok() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), None);
         cp.delivering(&batch(&["5", "7"]));
         cp.delivered(true);
         // The next batch asks for a retry; then the worker stops and
@@ -210,7 +219,7 @@ mod tests {
     #[tokio::test]
     async fn refuses_undelivered_and_backward_positions() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), Some(pos("3")));
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), Some(pos("3")));
         assert!(matches!(
             cp.checkpoint_at(pos("5")).await,
             Err(CheckpointError::InvalidSequenceNumber(_))
@@ -231,7 +240,7 @@ mod tests {
     #[tokio::test]
     async fn refuses_everything_after_the_lease_is_lost() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), None);
         cp.delivering(&batch(&["5"]));
         cp.lease_lost();
         assert!(matches!(cp.checkpoint_last().await, Err(CheckpointError::LeaseLost)));
@@ -241,7 +250,7 @@ mod tests {
     #[tokio::test]
     async fn an_index_names_a_record_of_the_batch_and_a_whole_aggregate_is_its_last_user_record() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), None);
         let aggregate: Batch = [record("5", None), record("7", Some(0)), record("7", Some(1)), record("9", None)].into_iter().collect();
         cp.delivering(&aggregate);
         cp.checkpoint_at_index(1).await.unwrap();
@@ -251,5 +260,39 @@ mod tests {
         // Outside the call, indexes name the batch that returned ok.
         cp.checkpoint_at_index(3).await.unwrap();
         assert_eq!(*sink.0.lock().unwrap(), vec!["7", "7/1", "9"]);
+    }
+
+    /// Outputs whose flush fails until `ok` is set, noting each flush in
+    /// the same log as the checkpoint writes.
+    struct FlakyOutputs {
+        log: Arc<Mutex<Vec<String>>>,
+        ok: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl crate::runtime::output::OutputSink for FlakyOutputs {
+        fn send(&mut self, _: String, _: OutputRecords) -> OutputFuture<'_, Result<(), SendError>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn flush(&mut self) -> OutputFuture<'_, Result<(), String>> {
+            let ok = self.ok.load(std::sync::atomic::Ordering::Relaxed);
+            self.log.lock().unwrap().push(format!("flush {}", if ok { "ok" } else { "failed" }));
+            Box::pin(async move { if ok { Ok(()) } else { Err("target `out` is down".into()) } })
+        }
+
+        fn discard(&mut self) {}
+    }
+
+    #[tokio::test]
+    async fn outputs_are_flushed_before_the_checkpoint_and_a_failed_flush_writes_no_checkpoint() {
+        let sink = Recorded::default();
+        let ok = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let outputs = FlakyOutputs { log: sink.0.clone(), ok: ok.clone() };
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(outputs), None);
+        cp.delivering(&batch(&["5", "7"]));
+        assert!(matches!(cp.checkpoint_last().await, Err(CheckpointError::Unavailable(m)) if m.contains("target `out` is down")));
+        ok.store(true, std::sync::atomic::Ordering::Relaxed);
+        cp.checkpoint_last().await.unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), vec!["flush failed", "flush ok", "7"]);
     }
 }

@@ -5,107 +5,14 @@
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::Store;
 
-use super::bindings::{v0_1, v0_2};
-use super::store::ShardState;
-use super::{v0_1 as legacy, ProcessorError, Runtime, ShardInfo, ShutdownReason};
+use super::bindings::{v0_1, v0_2, v0_3};
+use super::store::{self, ShardState};
+use super::{ProcessorError, Runtime, ShardInfo, ShutdownReason};
 use crate::records::Batch;
 
-/// The interface a processor must export, per contract version, newest first.
-pub(crate) const RECORD_PROCESSOR_EXPORTS: [(&str, &str); 2] =
-    [("0.2.0", "kcl:processor/record-processor@0.2.0"), ("0.1.0", "kcl:processor/record-processor@0.1.0")];
-
-/// What a call returns before the runtime names its failure.
-type Returned = wasmtime::Result<Result<(), ProcessorError>>;
-
-/// A component ready to instantiate, by the contract version it implements.
-pub(crate) enum Pre {
-    V0_2(v0_2::ProcessorPre<ShardState>),
-    V0_1(v0_1::ProcessorPre<ShardState>),
-}
-
-impl Pre {
-    /// Checks that `pre`'s component fits the world of `version`.
-    pub(super) fn new(version: &str, pre: wasmtime::component::InstancePre<ShardState>) -> wasmtime::Result<Self> {
-        Ok(match version {
-            "0.1.0" => Pre::V0_1(v0_1::ProcessorPre::new(pre)?),
-            _ => Pre::V0_2(v0_2::ProcessorPre::new(pre)?),
-        })
-    }
-
-    /// The contract version, as in [`RECORD_PROCESSOR_EXPORTS`].
-    pub(super) fn version(&self) -> &'static str {
-        match self {
-            Pre::V0_2(_) => "0.2.0",
-            Pre::V0_1(_) => "0.1.0",
-        }
-    }
-
-    /// An instance in `store`.
-    pub(super) async fn instantiate(&self, store: &mut Store<ShardState>) -> wasmtime::Result<Exports> {
-        match self {
-            Pre::V0_2(pre) => pre.instantiate_async(store).await.map(Exports::V0_2),
-            Pre::V0_1(pre) => pre.instantiate_async(store).await.map(Exports::V0_1),
-        }
-    }
-}
-
-/// An instance's `record-processor`, by contract version.
-pub(super) enum Exports {
-    V0_2(v0_2::Processor),
-    V0_1(v0_1::Processor),
-}
-
-impl Exports {
-    pub(super) async fn initialize(&self, store: &mut Store<ShardState>, shard: &ShardInfo) -> Returned {
-        match self {
-            Exports::V0_2(p) => p.kcl_processor_record_processor().call_initialize(store, shard).await,
-            Exports::V0_1(p) => {
-                let shard = legacy::shard_info(shard);
-                p.kcl_processor_record_processor().call_initialize(store, &shard).await.map(legacy::result)
-            }
-        }
-    }
-
-    /// `process-records`. The batch's columns are moved into the call (no
-    /// copy on the host side) and back, so it can be delivered again.
-    pub(super) async fn process_records(&self, store: &mut Store<ShardState>, batch: &mut Batch) -> Returned {
-        match self {
-            Exports::V0_2(p) => {
-                let lowered = lower(batch);
-                let result = p.kcl_processor_record_processor().call_process_records(&mut *store, &lowered).await;
-                restore(batch, lowered);
-                result
-            }
-            Exports::V0_1(p) => {
-                let lowered = legacy::batch(batch);
-                p.kcl_processor_record_processor().call_process_records(store, &lowered).await.map(legacy::result)
-            }
-        }
-    }
-
-    pub(super) async fn shutdown(&self, store: &mut Store<ShardState>, reason: ShutdownReason) -> Returned {
-        match self {
-            Exports::V0_2(p) => p.kcl_processor_record_processor().call_shutdown(store, reason).await,
-            Exports::V0_1(p) => {
-                let reason = legacy::shutdown_reason(reason);
-                p.kcl_processor_record_processor().call_shutdown(store, reason).await.map(legacy::result)
-            }
-        }
-    }
-}
-
-/// WASI (p2, sandboxed by each store's context) plus the `kcl:processor`
-/// imports of every contract version.
-pub(super) fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<ShardState>> {
-    let mut linker = Linker::new(runtime.engine());
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    v0_2::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
-    v0_1::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
-    Ok(linker)
-}
-
 /// Moves a batch's columns into the other batch type: the record path's
-/// `Batch` and the WIT `batch` have the same fields.
+/// `Batch` and the WIT `batch` (0.2 and 0.3) have the same fields, so the
+/// call takes them without a copy and gives them back.
 macro_rules! move_columns {
     ($from:expr => $to:path) => {{
         let from = $from;
@@ -126,11 +33,122 @@ macro_rules! move_columns {
     }};
 }
 
-/// The batch as the call takes it; [`restore`] puts it back.
-fn lower(batch: &mut Batch) -> v0_2::kcl::processor::types::Batch {
-    move_columns!(std::mem::take(batch) => v0_2::kcl::processor::types::Batch)
+/// The interface a processor must export, per contract version, newest first.
+pub(crate) const RECORD_PROCESSOR_EXPORTS: [(&str, &str); 3] = [
+    ("0.3.0", "kcl:processor/record-processor@0.3.0"),
+    ("0.2.0", "kcl:processor/record-processor@0.2.0"),
+    ("0.1.0", "kcl:processor/record-processor@0.1.0"),
+];
+
+/// What a call returns before the runtime names its failure.
+type Returned = wasmtime::Result<Result<(), ProcessorError>>;
+
+/// A component ready to instantiate, by the contract version it implements.
+pub(crate) enum Pre {
+    V0_3(v0_3::ProcessorPre<ShardState>),
+    V0_2(v0_2::ProcessorPre<ShardState>),
+    V0_1(v0_1::ProcessorPre<ShardState>),
 }
 
-fn restore(batch: &mut Batch, lowered: v0_2::kcl::processor::types::Batch) {
-    *batch = move_columns!(lowered => Batch);
+impl Pre {
+    /// Checks that `pre`'s component fits the world of `version`.
+    pub(super) fn new(version: &str, pre: wasmtime::component::InstancePre<ShardState>) -> wasmtime::Result<Self> {
+        Ok(match version {
+            "0.1.0" => Pre::V0_1(v0_1::ProcessorPre::new(pre)?),
+            "0.2.0" => Pre::V0_2(v0_2::ProcessorPre::new(pre)?),
+            _ => Pre::V0_3(v0_3::ProcessorPre::new(pre)?),
+        })
+    }
+
+    /// The contract version, as in [`RECORD_PROCESSOR_EXPORTS`].
+    pub(super) fn version(&self) -> &'static str {
+        match self {
+            Pre::V0_3(_) => "0.3.0",
+            Pre::V0_2(_) => "0.2.0",
+            Pre::V0_1(_) => "0.1.0",
+        }
+    }
+
+    /// An instance in `store`.
+    pub(super) async fn instantiate(&self, store: &mut Store<ShardState>) -> wasmtime::Result<Exports> {
+        match self {
+            Pre::V0_3(pre) => pre.instantiate_async(store).await.map(Exports::V0_3),
+            Pre::V0_2(pre) => pre.instantiate_async(store).await.map(Exports::V0_2),
+            Pre::V0_1(pre) => pre.instantiate_async(store).await.map(Exports::V0_1),
+        }
+    }
+}
+
+/// An instance's `record-processor`, by contract version.
+pub(super) enum Exports {
+    V0_3(v0_3::Processor),
+    V0_2(v0_2::Processor),
+    V0_1(v0_1::Processor),
+}
+
+impl Exports {
+    pub(super) async fn initialize(&self, store: &mut Store<ShardState>, shard: &ShardInfo) -> Returned {
+        match self {
+            Exports::V0_3(p) => p.kcl_processor_record_processor().call_initialize(store, shard).await,
+            Exports::V0_2(p) => {
+                let shard = super::v0_2::shard_info(shard);
+                p.kcl_processor_record_processor().call_initialize(store, &shard).await.map(super::v0_2::result)
+            }
+            Exports::V0_1(p) => {
+                let shard = super::v0_1::shard_info(shard);
+                p.kcl_processor_record_processor().call_initialize(store, &shard).await.map(super::v0_1::result)
+            }
+        }
+    }
+
+    /// `process-records`. The batch's columns are moved into the call (no
+    /// copy on the host side) and back, so it can be delivered again.
+    pub(super) async fn process_records(&self, store: &mut Store<ShardState>, batch: &mut Batch) -> Returned {
+        match self {
+            Exports::V0_3(p) => {
+                let lowered = move_columns!(std::mem::take(batch) => v0_3::kcl::processor::types::Batch);
+                let result = p.kcl_processor_record_processor().call_process_records(&mut *store, &lowered).await;
+                *batch = move_columns!(lowered => Batch);
+                result
+            }
+            Exports::V0_2(p) => {
+                let lowered = move_columns!(std::mem::take(batch) => v0_2::kcl::processor::types::Batch);
+                let result = p.kcl_processor_record_processor().call_process_records(&mut *store, &lowered).await;
+                *batch = move_columns!(lowered => Batch);
+                result.map(super::v0_2::result)
+            }
+            Exports::V0_1(p) => {
+                let lowered = super::v0_1::batch(batch);
+                p.kcl_processor_record_processor().call_process_records(store, &lowered).await.map(super::v0_1::result)
+            }
+        }
+    }
+
+    pub(super) async fn shutdown(&self, store: &mut Store<ShardState>, reason: ShutdownReason) -> Returned {
+        match self {
+            Exports::V0_3(p) => p.kcl_processor_record_processor().call_shutdown(store, reason).await,
+            Exports::V0_2(p) => {
+                let reason = super::v0_2::shutdown_reason(reason);
+                p.kcl_processor_record_processor().call_shutdown(store, reason).await.map(super::v0_2::result)
+            }
+            Exports::V0_1(p) => {
+                let reason = super::v0_1::shutdown_reason(reason);
+                p.kcl_processor_record_processor().call_shutdown(store, reason).await.map(super::v0_1::result)
+            }
+        }
+    }
+}
+
+/// WASI (p2, sandboxed by each store's context), `wasi:http` (allow-listed),
+/// `wasi:config` (the `--var` values), plus the `kcl:processor` imports of
+/// every contract version.
+pub(super) fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<ShardState>> {
+    let mut linker = Linker::new(runtime.engine());
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    wasmtime_wasi_config::add_to_linker(&mut linker, store::config_vars)?;
+    v0_3::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
+    v0_2::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
+    v0_1::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
+    Ok(linker)
 }

@@ -1,9 +1,11 @@
-//! The host side of the current contract's imports: `checkpointer` and
-//! `log`. Each call first checks that the running call was not withdrawn.
+//! The host side of the current contract's imports: `checkpointer`, `log`
+//! and `output`. Each call first checks that the running call was not
+//! withdrawn.
 
-use super::bindings::v0_2::kcl::processor as current;
+use super::bindings::v0_3::kcl::processor as current;
 use super::guest_log;
 use super::store::ShardState;
+use super::output::{OutputRecords, SendError};
 use super::{CheckpointError, LogLevel};
 
 impl current::types::Host for ShardState {}
@@ -30,5 +32,12 @@ impl current::log::Host for ShardState {
         self.check_withdrawn()?;
         guest_log::emit(&self.speaker, level, &message);
         Ok(())
+    }
+}
+
+impl current::output::Host for ShardState {
+    async fn send(&mut self, target: String, records: OutputRecords) -> wasmtime::Result<Result<(), SendError>> {
+        self.check_withdrawn()?;
+        Ok(self.checkpoints.outputs.send(target, records).await)
     }
 }

@@ -34,7 +34,8 @@ impl ShardInstance {
     pub async fn initialize(&mut self, shard: &ShardInfo) -> Result<(), CallError> {
         self.begin_call()?;
         let result = self.processor.initialize(&mut self.store, shard).await;
-        self.finish_call(result)
+        let result = self.finish_call(result);
+        self.flush_outputs(result).await
     }
 
     /// Calls `process-records`. The batch's columns are moved into the call
@@ -45,6 +46,7 @@ impl ShardInstance {
         self.store.data_mut().checkpoints.delivering(batch);
         let result = self.processor.process_records(&mut self.store, batch).await;
         let result = self.finish_call(result);
+        let result = self.flush_outputs(result).await;
         self.store.data_mut().checkpoints.delivered(result.is_ok());
         result
     }
@@ -57,7 +59,24 @@ impl ShardInstance {
             self.store.data_mut().checkpoints.lease_lost();
         }
         let result = self.processor.shutdown(&mut self.store, reason).await;
-        self.finish_call(result)
+        let result = self.finish_call(result);
+        self.flush_outputs(result).await
+    }
+
+    /// At the end of a call: writes what it sent when it succeeded (a
+    /// target that keeps failing fails the call as retryable: its input
+    /// comes again), drops what it sent when it failed (it is sent again
+    /// with that input).
+    async fn flush_outputs(&mut self, result: Result<(), CallError>) -> Result<(), CallError> {
+        let outputs = &mut self.store.data_mut().checkpoints.outputs;
+        if result.is_err() {
+            outputs.discard();
+            return result;
+        }
+        outputs.flush().await.map_err(|e| {
+            outputs.discard();
+            CallError::Retryable(format!("the outputs could not be written: {e}"))
+        })
     }
 
     /// Stops any call of this instance, within one epoch tick, once

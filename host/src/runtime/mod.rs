@@ -18,24 +18,32 @@ mod error;
 mod guest_log;
 mod host;
 mod instance;
+mod legacy;
 mod metadata;
+mod outbound;
+mod output;
 mod processor;
 mod store;
 mod v0_1;
+mod v0_2;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime_wasi_config::WasiConfigVariables;
 
-pub use bindings::v0_2::kcl::processor::log::Level as LogLevel;
-pub use bindings::v0_2::kcl::processor::types::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
+pub use bindings::v0_3::kcl::processor::log::Level as LogLevel;
+pub use bindings::v0_3::kcl::processor::types::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
 pub use checkpoint::{CheckpointFuture, CheckpointSink};
 pub use error::CallError;
 pub use guest_log::GUEST_TARGET;
 pub use instance::ShardInstance;
 pub use metadata::ComponentMetadata;
+pub use outbound::OutboundPolicy;
+pub use output::{NoOutputs, OutputFuture, OutputRecords, OutputSink, SendError};
 pub use processor::{LoadError, Processor};
 
 /// How often the epoch advances: a running guest yields to the async
@@ -65,6 +73,10 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Where compiled components are cached; `None` compiles on every load.
     pub cache_dir: Option<PathBuf>,
+    /// Where guests may send HTTP requests (`--allow-outbound`); nowhere by default.
+    pub outbound: OutboundPolicy,
+    /// Variables guests read through `wasi:config/store` (`--var KEY=VALUE`).
+    pub vars: BTreeMap<String, String>,
 }
 
 impl Default for RuntimeConfig {
@@ -74,6 +86,8 @@ impl Default for RuntimeConfig {
             call_deadline: Duration::from_secs(30),
             max_instances: 1000,
             cache_dir: default_cache_dir(),
+            outbound: OutboundPolicy::default(),
+            vars: BTreeMap::new(),
         }
     }
 }
@@ -95,6 +109,8 @@ pub struct Runtime {
 struct Inner {
     engine: Engine,
     config: RuntimeConfig,
+    /// `config.vars`, as every store reads them.
+    vars: Arc<WasiConfigVariables>,
 }
 
 impl Runtime {
@@ -102,7 +118,8 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> wasmtime::Result<Self> {
         let engine = Engine::new(&engine_config(&config))?;
         spawn_epoch_ticker(&engine);
-        Ok(Self { inner: Arc::new(Inner { engine, config }) })
+        let vars = Arc::new(config.vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect());
+        Ok(Self { inner: Arc::new(Inner { engine, config, vars }) })
     }
 
     /// The wasmtime engine.
@@ -113,6 +130,10 @@ impl Runtime {
     /// The settings this runtime was built with.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
+    }
+
+    fn vars(&self) -> Arc<WasiConfigVariables> {
+        self.inner.vars.clone()
     }
 }
 

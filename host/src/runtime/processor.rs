@@ -13,6 +13,7 @@ use super::checkpoint::CheckpointSink;
 use super::contract::{self, Pre, RECORD_PROCESSOR_EXPORTS};
 use super::guest_log::Speaker;
 use super::metadata::ComponentMetadata;
+use super::output::{NoOutputs, OutputSink};
 use super::store::{self, Limits, NoCheckpoints};
 use super::{cache, CallError, Runtime, ShardInfo, ShardInstance, ShutdownReason};
 use crate::records::Position;
@@ -58,9 +59,9 @@ pub enum LoadError {
     MemoryLimitTooSmall { path: PathBuf, needed_mib: usize, limit_mib: usize },
 
     #[error(
-        "`{path}` does not export `{}` (nor the older `{}`; its exports: {exports}); \
+        "`{path}` does not export `{}` (nor the older `{}` or `{}`; its exports: {exports}); \
          implement a processor with the kcl-guest SDK (Rust) or the Go SDK",
-        RECORD_PROCESSOR_EXPORTS[0].1, RECORD_PROCESSOR_EXPORTS[1].1
+        RECORD_PROCESSOR_EXPORTS[0].1, RECORD_PROCESSOR_EXPORTS[1].1, RECORD_PROCESSOR_EXPORTS[2].1
     )]
     /// It exports no `record-processor`.
     #[allow(missing_docs)] // fields named in the message
@@ -143,15 +144,28 @@ impl Processor {
     /// A fresh instance for `shard`, whose checkpoints go to `sink`.
     /// `last_checkpoint` is where the shard was last checkpointed, if at a
     /// record; checkpoints before it are refused.
+    /// It has no output targets: see [`Processor::instantiate_with_outputs`].
     pub async fn instantiate(
         &self,
         shard: &str,
         sink: Box<dyn CheckpointSink>,
         last_checkpoint: Option<Position>,
     ) -> Result<ShardInstance, CallError> {
+        self.instantiate_with_outputs(shard, sink, Box::new(NoOutputs), last_checkpoint).await
+    }
+
+    /// Like [`Processor::instantiate`], with what it sends going to `outputs`
+    /// (flushed before each checkpoint and at the end of each call).
+    pub async fn instantiate_with_outputs(
+        &self,
+        shard: &str,
+        sink: Box<dyn CheckpointSink>,
+        outputs: Box<dyn OutputSink>,
+        last_checkpoint: Option<Position>,
+    ) -> Result<ShardInstance, CallError> {
         let runtime = &self.inner.runtime;
         let speaker = Speaker { shard: shard.into(), processor: self.describe().into() };
-        let mut store = store::new_store(runtime, speaker, sink, last_checkpoint);
+        let mut store = store::new_store(runtime, speaker, sink, outputs, last_checkpoint);
         let limits = Limits::of(runtime);
         match self.inner.pre.instantiate(&mut store).await {
             Ok(exports) => Ok(ShardInstance::new(store, exports, limits)),

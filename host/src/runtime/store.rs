@@ -8,9 +8,13 @@ use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_config::WasiConfigVariables;
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::checkpoint::{CheckpointFuture, CheckpointSink, Checkpoints};
 use super::guest_log::{GuestOutput, Speaker};
+use super::outbound::OutboundHooks;
+use super::output::OutputSink;
 use super::{CallError, CheckpointError, Runtime};
 use crate::records::Position;
 
@@ -19,6 +23,10 @@ pub(crate) struct ShardState {
     /// Whose log lines these are: the shard and the version serving it.
     pub(super) speaker: Speaker,
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    outbound: OutboundHooks,
+    /// `--var` values, read through `wasi:config/store`.
+    vars: Arc<WasiConfigVariables>,
     table: ResourceTable,
     memory: MemoryCap,
     pub(super) checkpoints: Checkpoints,
@@ -55,6 +63,12 @@ impl WasiView for ShardState {
     }
 }
 
+impl WasiHttpView for ShardState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.outbound }
+    }
+}
+
 impl ShardState {
     /// At every epoch tick and host call: stops a call that was withdrawn,
     /// so a guest cannot act (log a record, checkpoint) once its result is
@@ -68,17 +82,24 @@ impl ShardState {
     }
 }
 
+/// The `--var` values, as `wasi:config/store` reads them.
+pub(super) fn config_vars(state: &mut ShardState) -> wasmtime_wasi_config::WasiConfig<'_> {
+    wasmtime_wasi_config::WasiConfig::from(&*state.vars)
+}
+
 /// A fresh store for one shard's instance, sandboxed and limited by
-/// `runtime`'s settings; its checkpoints go to `sink`.
+/// `runtime`'s settings; its checkpoints go to `sink`, its outputs to `outputs`.
 pub(super) fn new_store(
     runtime: &Runtime,
     speaker: Speaker,
     sink: Box<dyn CheckpointSink>,
+    outputs: Box<dyn OutputSink>,
     last_checkpoint: Option<Position>,
 ) -> Store<ShardState> {
     let config = runtime.config();
     // The builder's defaults are the sandbox: no preopened directories,
-    // no environment, no arguments, no sockets.
+    // no environment, no arguments, no sockets. HTTP goes out only where
+    // --allow-outbound says (OutboundHooks).
     let wasi = WasiCtxBuilder::new()
         .stdout(GuestOutput::stdout(speaker.clone()))
         .stderr(GuestOutput::stderr(speaker.clone()))
@@ -90,9 +111,12 @@ pub(super) fn new_store(
     let state = ShardState {
         speaker,
         wasi,
+        http: WasiHttpCtx::new(),
+        outbound: OutboundHooks { policy: config.outbound.clone() },
+        vars: runtime.vars(),
         table: ResourceTable::new(),
         memory,
-        checkpoints: Checkpoints::new(sink, last_checkpoint),
+        checkpoints: Checkpoints::new(sink, outputs, last_checkpoint),
         call_ends: Instant::now() + config.call_deadline,
         withdrawn: None,
         was_withdrawn: false,

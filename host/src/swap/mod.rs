@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::control::Version;
 use crate::records::Batch;
 use crate::replay;
+use crate::output::{OutputSpec, Outputs};
 use crate::runtime::ShardInfo;
 use crate::runtime::{Processor, Runtime};
 
@@ -29,6 +30,8 @@ pub struct Swapper {
     runtime: Runtime,
     /// `--swap-canary-input`: records every new version must replay without error first.
     canary_input: Option<Batch>,
+    /// The declared outputs, taking a canary input's sends without writing them.
+    canary_outputs: Option<Arc<Outputs>>,
     offers: watch::Sender<Processor>,
     /// The versions offered last, with where each came from: a `deploy` of
     /// one that ran here before (a rollback) swaps back to it without
@@ -47,13 +50,13 @@ impl Swapper {
         let source = canonical(source);
         let settled = std::sync::Mutex::new(version(&processor, &source));
         let known = std::sync::Mutex::new(vec![(processor.clone(), source)]);
-        Self { runtime, canary_input: None, offers: watch::channel(processor).0, known, settled, trial: Default::default() }
+        Self { runtime, canary_input: None, canary_outputs: None, offers: watch::channel(processor).0, known, settled, trial: Default::default() }
     }
 
     /// Every new version must first replay `records` (its whole lifecycle,
     /// in a throwaway instance) without error.
-    pub fn with_canary_input(self, records: Batch) -> Self {
-        Self { canary_input: Some(records), ..self }
+    pub fn with_canary_input(self, records: Batch, outputs: &[OutputSpec]) -> Self {
+        Self { canary_input: Some(records), canary_outputs: Some(Outputs::discarding(outputs)), ..self }
     }
 
     /// The version the worker runs, and where it came from (what the
@@ -163,7 +166,8 @@ impl Swapper {
         candidate.check_initialize().await.map_err(|e| format!("its initialize failed in a test instance: {e}"))?;
         let Some(records) = &self.canary_input else { return Ok(()) };
         let shard = ShardInfo::new("swap-canary-input", "swap-canary-input");
-        replay::replay(candidate, shard, records.clone(), 500, false)
+        let outputs = self.canary_outputs.as_ref().expect("set with the canary input").shard();
+        replay::replay(candidate, shard, records.clone(), 500, false, Box::new(outputs))
             .await
             .map(|_| ())
             .map_err(|e| format!("it failed on --swap-canary-input: {e}"))

@@ -42,6 +42,7 @@ use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::{LeaseError, LeaseStore};
 use crate::metrics::Metrics;
+use crate::output::Outputs;
 use crate::runtime::Processor;
 use crate::shard::{self, InitialPosition};
 use crate::swap::fleet::Follower;
@@ -89,6 +90,8 @@ pub struct Summary {
     pub versions: Vec<String>,
     /// How long the worker ran.
     pub elapsed: Duration,
+    /// Records each output target acknowledged.
+    pub outputs: BTreeMap<String, u64>,
 }
 
 /// Consumes `config.stream` until `shutdown` resolves, with the processor
@@ -169,6 +172,7 @@ impl Worker {
         let fan_out = fanout::subscriptions(config.retrieval, &clients.kinesis, &config.stream, &config.application).await?;
         let metrics = Arc::new(Metrics::new(&config.stream, &me));
         let health = Arc::new(Health::new(coordinator.liveness(), failover));
+        let outputs = Outputs::connect(&config.outputs, &clients, config.output_buffer_bytes, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
         let admin = admin::start(config.admin_listen, metrics.clone(), health.clone(), swapper.clone()).await.map_err(WorkerError::Refused)?;
         let (ended_tx, ended) = mpsc::unbounded_channel();
         let (reports_tx, reports) = mpsc::unbounded_channel();
@@ -188,6 +192,7 @@ impl Worker {
             },
             redelivery: Budget::new(config.swap.buffer_bytes),
             metrics: metrics.clone(),
+            outputs,
         };
         let shards = ShardLoops::new(template, rollout, ended_tx, reports_tx);
 
@@ -429,5 +434,6 @@ impl Worker {
         }
         self.summary.elapsed = self.started.elapsed();
         self.summary.versions = self.shards.rollout.history().to_vec();
+        self.summary.outputs = self.shards.outputs_written();
     }
 }

@@ -17,6 +17,7 @@ use crate::fetch::{Fetched, Prefetch, StartingPosition};
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
+use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
 use crate::runtime::{CheckpointError, CheckpointFuture, CheckpointSink, Processor, ShardInfo, ShardInstance, ShutdownReason};
@@ -66,6 +67,8 @@ pub struct ShardLoop<S> {
     pub reports: mpsc::UnboundedSender<CallReport>,
     /// What all shards may keep for re-delivery after a swap.
     pub redelivery: Arc<Budget>,
+    /// Where the processor's outputs go; flushed before each checkpoint.
+    pub outputs: Arc<Outputs>,
 }
 
 /// Why one attempt at the shard ended early.
@@ -207,7 +210,8 @@ impl<S: LeaseStore> ShardLoop<S> {
     ) -> Result<ShardInstance, Interrupt> {
         let shard_id = self.held.key().to_owned();
         let sink = LeaseSink { held: self.held.clone(), metrics: self.metrics.clone(), checkpointed: checkpointed.clone() };
-        let mut instance = match processor.instantiate(&shard_id, Box::new(sink), last_checkpoint.clone()).await {
+        let outputs = Box::new(self.outputs.shard());
+        let mut instance = match processor.instantiate_with_outputs(&shard_id, Box::new(sink), outputs, last_checkpoint.clone()).await {
             Ok(instance) => instance,
             Err(e) => return Err(Interrupt::Failed(format!("instantiating the processor failed: {e}"))),
         };

@@ -102,6 +102,7 @@ async fn fixture(records: Vec<(u64, &'static str)>, closed: bool) -> Fixture {
         metrics: Arc::new(Metrics::new("stream", "worker")).shard("shard-0"),
         reports: reports_tx,
         redelivery: Budget::new(1 << 20),
+        outputs: Outputs::printed(&[], 1 << 20),
     };
     Fixture { shard_loop, shard, store, coordinator, stop, processor, reports, delivered }
 }

@@ -19,6 +19,7 @@ use crate::fetch::{self, FetchSettings, Fetcher, Prefetch, StartingPosition};
 use crate::lease::coordinator::{HeldLease, TakePass};
 use crate::lease::dynamo::DynamoStore;
 use crate::metrics::{Metrics, ShardMetrics};
+use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::runtime::Processor;
 use crate::swap::rollout::{self, CallReport, Rollout};
@@ -68,6 +69,8 @@ pub(super) struct Template {
     pub(super) initial_timestamp_ms: Option<i64>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) redelivery: Arc<Budget>,
+    /// The declared output targets.
+    pub(super) outputs: Arc<Outputs>,
 }
 
 /// The shard loops of this worker, one per held lease, and the rollout
@@ -98,6 +101,11 @@ impl ShardLoops {
         self.running.len()
     }
 
+    /// Records each output target acknowledged so far.
+    pub(super) fn outputs_written(&self) -> BTreeMap<String, u64> {
+        self.template.outputs.written()
+    }
+
     /// Bytes kept for re-delivery after a swap, over all shards.
     pub(super) fn swap_buffer_used(&self) -> usize {
         self.template.redelivery.used()
@@ -119,6 +127,7 @@ impl ShardLoops {
             metrics: metrics.clone(),
             reports: self.reports.clone(),
             redelivery: self.template.redelivery.clone(),
+            outputs: self.template.outputs.clone(),
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();

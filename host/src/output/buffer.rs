@@ -1,0 +1,123 @@
+//! One shard's queue of outputs: what its processor sent and no target
+//! has acknowledged yet. Every shard of a worker shares one byte budget
+//! (`--output-buffer-mib`): a send that does not fit first flushes the
+//! shard's own queue, then waits for room — the shard slows down, nothing
+//! is dropped.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::record::OutRecord;
+use super::Outputs;
+use crate::runtime::{OutputFuture, OutputRecords, OutputSink, SendError};
+
+/// The budget counts in units of this many bytes.
+pub(super) const UNIT: usize = 1024;
+
+/// A shard's outputs, queued until flushed.
+pub struct ShardOutputs {
+    outputs: Arc<Outputs>,
+    /// Per target name, in the order sent.
+    queued: BTreeMap<String, Vec<OutRecord>>,
+    /// The budget the queue holds.
+    held: Option<OwnedSemaphorePermit>,
+}
+
+impl ShardOutputs {
+    pub(super) fn new(outputs: Arc<Outputs>) -> Self {
+        Self { outputs, queued: BTreeMap::new(), held: None }
+    }
+
+    /// Records `records` as [`OutRecord`]s, each checked by `target`.
+    fn convert(records: &OutputRecords, target: &super::Declared) -> Result<Vec<OutRecord>, SendError> {
+        (0..records.len())
+            .map(|i| {
+                let (data, partition_key, explicit_hash_key) = records.get(i).map_err(SendError::Invalid)?;
+                let record = OutRecord { data: data.to_vec(), partition_key: partition_key.to_owned(), explicit_hash_key: explicit_hash_key.map(str::to_owned) };
+                target.target.check(&record).map_err(|e| SendError::Invalid(format!("record {i} for `{}`: {e}", target.name)))?;
+                Ok(record)
+            })
+            .collect()
+    }
+
+    /// Takes `units` of the worker's budget, flushing this shard's own
+    /// queue first when the budget is short.
+    async fn reserve(&mut self, units: u32) {
+        let budget = self.outputs.budget.clone();
+        let permit = match budget.clone().try_acquire_many_owned(units) {
+            Ok(permit) => permit,
+            Err(_) => {
+                if !self.queued.is_empty() && let Err(e) = self.write_queued().await {
+                    tracing::warn!("the output buffer is full and this shard's outputs could not be written: {e}; waiting for room");
+                }
+                budget.acquire_many_owned(units).await.expect("the budget is never closed")
+            }
+        };
+        match &mut self.held {
+            Some(held) => held.merge(permit),
+            None => self.held = Some(permit),
+        }
+        self.outputs.buffer_changed();
+    }
+
+    /// Writes every target's queue; the acknowledged ones leave it.
+    async fn write_queued(&mut self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        for (name, records) in std::mem::take(&mut self.queued) {
+            let declared = &self.outputs.targets[&name];
+            match declared.write(&records).await {
+                Ok(()) => self.release(records.iter().map(OutRecord::size).sum()),
+                Err(e) => {
+                    errors.push(e);
+                    self.queued.insert(name, records);
+                }
+            }
+        }
+        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+
+    /// Gives `bytes` of budget back.
+    fn release(&mut self, bytes: usize) {
+        if self.queued.is_empty() {
+            self.held = None;
+        } else if let Some(held) = &mut self.held {
+            let units = (bytes / UNIT).min(held.num_permits().saturating_sub(1));
+            drop(held.split(units));
+        }
+        self.outputs.buffer_changed();
+    }
+}
+
+impl OutputSink for ShardOutputs {
+    fn send(&mut self, target: String, records: OutputRecords) -> OutputFuture<'_, Result<(), SendError>> {
+        Box::pin(async move {
+            let Some(declared) = self.outputs.targets.get(&target).cloned() else {
+                return Err(SendError::UnknownTarget(self.outputs.unknown(&target)));
+            };
+            let records = Self::convert(&records, &declared)?;
+            let bytes: usize = records.iter().map(OutRecord::size).sum();
+            let units = bytes.div_ceil(UNIT).max(1);
+            if units > self.outputs.budget_units {
+                return Err(SendError::Invalid(format!(
+                    "{bytes} bytes in one send are more than the output buffer of {} MiB; send fewer at a time, or raise --output-buffer-mib",
+                    self.outputs.budget_units * UNIT >> 20
+                )));
+            }
+            self.reserve(units as u32).await;
+            self.queued.entry(target).or_default().extend(records);
+            Ok(())
+        })
+    }
+
+    fn flush(&mut self) -> OutputFuture<'_, Result<(), String>> {
+        Box::pin(self.write_queued())
+    }
+
+    fn discard(&mut self) {
+        self.queued.clear();
+        self.held = None;
+        self.outputs.buffer_changed();
+    }
+}

@@ -1,0 +1,53 @@
+//! Standard output and file targets, for local runs and `replay`: JSON
+//! lines (see [`json_lines`]), each prefixed on stdout with the target's
+//! name so several targets can share it.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::record::{json_lines, OutRecord};
+use super::target::{Target, WriteFuture, Written};
+
+/// Where the lines go.
+pub enum Lines {
+    /// Standard output, each line as `NAME {...}`.
+    Stdout {
+        /// The target's name.
+        name: String,
+    },
+    /// A file, appended to.
+    File(PathBuf),
+    /// Nowhere: a swap's canary input checks a new version without writing.
+    Discard,
+}
+
+impl Target for Lines {
+    fn check(&self, _: &OutRecord) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn write<'a>(&'a self, records: &'a [OutRecord]) -> WriteFuture<'a> {
+        Box::pin(async move {
+            let lines = json_lines(records);
+            match self {
+                Lines::Stdout { name } => {
+                    let mut out = std::io::stdout().lock();
+                    for line in lines.split_inclusive(|b| *b == b'\n') {
+                        out.write_all(name.as_bytes()).and_then(|()| out.write_all(b" ")).and_then(|()| out.write_all(line)).map_err(|e| format!("stdout: {e}"))?;
+                    }
+                    out.flush().map_err(|e| format!("stdout: {e}"))?;
+                }
+                Lines::File(path) => {
+                    let mut file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .map_err(|e| format!("file:{}: {e}", path.display()))?;
+                    file.write_all(&lines).and_then(|()| file.sync_data()).map_err(|e| format!("file:{}: {e}", path.display()))?;
+                }
+                Lines::Discard => {}
+            }
+            Ok(Written::default())
+        })
+    }
+}

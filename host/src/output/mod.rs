@@ -1,0 +1,155 @@
+//! Outputs: the targets an operator declared (`--output NAME=URI`), and
+//! each shard's queue of what its processor sent to them.
+//!
+//! One file per role, as in Vector's sinks: [`spec`] (what is declared),
+//! [`record`] (a record and its JSON line), [`target`] (what every target
+//! does, and retrying), a file per kind of target ([`kinesis`],
+//! [`dynamodb`], [`http`], [`file`]), and [`buffer`] (a shard's queue and
+//! the worker's byte budget).
+//!
+//! The delivery contract is kept by the runtime: it flushes a shard's queue
+//! before every checkpoint and at the end of every call (see
+//! [`crate::runtime::OutputSink`]). Credentials are the host's AWS chain;
+//! the guest never sees them.
+
+pub mod buffer;
+pub mod dynamodb;
+pub mod file;
+pub mod http;
+pub mod kinesis;
+pub mod record;
+pub mod spec;
+pub mod target;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::Semaphore;
+
+use crate::aws::{AwsClients, AwsError, Service};
+use crate::metrics::Metrics;
+pub use buffer::ShardOutputs;
+use record::OutRecord;
+pub use spec::{parse_outputs, OutputSpec, TargetSpec};
+use target::Target;
+
+/// A declared target, with what was written to it.
+pub(crate) struct Declared {
+    name: String,
+    target: Box<dyn Target>,
+    /// Records acknowledged so far.
+    written: AtomicU64,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Declared {
+    /// Writes `records`, noting the outcome.
+    async fn write(&self, records: &[OutRecord]) -> Result<(), String> {
+        let started = Instant::now();
+        let result = self.target.write(records).await;
+        let bytes = records.iter().map(|r| r.data.len()).sum();
+        let retries = result.as_ref().map_or(0, |w| w.retries);
+        if let Some(metrics) = &self.metrics {
+            metrics.output_written(&self.name, records.len(), bytes, retries, result.is_ok(), started.elapsed());
+        }
+        if result.is_ok() {
+            self.written.fetch_add(records.len() as u64, Ordering::Relaxed);
+        }
+        result.map(drop).map_err(|e| format!("output `{}`: {e}", self.name))
+    }
+}
+
+/// A worker's declared outputs and the byte budget their queues share.
+pub struct Outputs {
+    targets: BTreeMap<String, Arc<Declared>>,
+    budget: Arc<Semaphore>,
+    /// The budget, in [`buffer::UNIT`]s.
+    budget_units: usize,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Outputs {
+    /// Connects every declared target: a Kinesis stream and a DynamoDB
+    /// table must exist (the error names the output and what is missing).
+    pub async fn connect(specs: &[OutputSpec], clients: &AwsClients, buffer_bytes: usize, metrics: Option<Arc<Metrics>>) -> Result<Arc<Self>, String> {
+        let mut targets: Vec<(String, Box<dyn Target>)> = Vec::new();
+        for spec in specs {
+            let fail = |e: AwsError| format!("output `{}` ({}): {e}", spec.name, spec.target);
+            let target: Box<dyn Target> = match &spec.target {
+                TargetSpec::Kinesis(stream) => {
+                    let describe = clients.kinesis.describe_stream_summary();
+                    let describe = if stream.starts_with("arn:") { describe.stream_arn(stream) } else { describe.stream_name(stream) };
+                    describe.send().await.map_err(|e| fail(AwsError::from_sdk(Service::Kinesis, "DescribeStreamSummary", stream, e)))?;
+                    Box::new(kinesis::KinesisTarget::new(clients.kinesis.clone(), stream.clone()))
+                }
+                TargetSpec::DynamoDb(table) => Box::new(dynamodb::DynamoDbTarget::connect(clients.dynamodb.clone(), table.clone()).await.map_err(fail)?),
+                TargetSpec::Http(url) => Box::new(http::HttpTarget::new(url.clone())),
+                TargetSpec::Stdout => Box::new(file::Lines::Stdout { name: spec.name.clone() }),
+                TargetSpec::File(path) => Box::new(file::Lines::File(path.clone())),
+            };
+            targets.push((spec.name.clone(), target));
+        }
+        Ok(Self::new(targets, buffer_bytes, metrics))
+    }
+
+    /// For `replay`: no AWS and no network. A file target writes its file;
+    /// every other target prints its records on stdout as `NAME {json}`.
+    pub fn printed(specs: &[OutputSpec], buffer_bytes: usize) -> Arc<Self> {
+        let targets = specs
+            .iter()
+            .map(|spec| {
+                let target: Box<dyn Target> = match &spec.target {
+                    TargetSpec::File(path) => Box::new(file::Lines::File(path.clone())),
+                    _ => Box::new(file::Lines::Stdout { name: spec.name.clone() }),
+                };
+                (spec.name.clone(), target)
+            })
+            .collect();
+        Self::new(targets, buffer_bytes, None)
+    }
+
+    /// For a swap's canary input: every declared name is taken, nothing is written.
+    pub fn discarding(specs: &[OutputSpec]) -> Arc<Self> {
+        let targets = specs.iter().map(|spec| (spec.name.clone(), Box::new(file::Lines::Discard) as Box<dyn Target>)).collect();
+        Self::new(targets, 64 << 20, None)
+    }
+
+    fn new(targets: Vec<(String, Box<dyn Target>)>, buffer_bytes: usize, metrics: Option<Arc<Metrics>>) -> Arc<Self> {
+        let budget_units = (buffer_bytes / buffer::UNIT).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        let targets = targets
+            .into_iter()
+            .map(|(name, target)| {
+                let declared = Declared { name: name.clone(), target, written: AtomicU64::new(0), metrics: metrics.clone() };
+                (name, Arc::new(declared))
+            })
+            .collect();
+        Arc::new(Self { targets, budget: Arc::new(Semaphore::new(budget_units)), budget_units, metrics })
+    }
+
+    /// A queue for one shard's instance.
+    pub fn shard(self: &Arc<Self>) -> ShardOutputs {
+        ShardOutputs::new(self.clone())
+    }
+
+    /// Records acknowledged so far, per target.
+    pub fn written(&self) -> BTreeMap<String, u64> {
+        self.targets.iter().map(|(name, d)| (name.clone(), d.written.load(Ordering::Relaxed))).collect()
+    }
+
+    /// The message for a send to an undeclared target.
+    fn unknown(&self, target: &str) -> String {
+        if self.targets.is_empty() {
+            return format!("no output target `{target}`: no outputs are declared; declare it with --output {target}=URI");
+        }
+        let declared: Vec<&str> = self.targets.keys().map(String::as_str).collect();
+        format!("no output target `{target}`; the declared ones are {}; declare more with --output NAME=URI", declared.join(", "))
+    }
+
+    fn buffer_changed(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.output_buffer((self.budget_units - self.budget.available_permits()) * buffer::UNIT);
+        }
+    }
+}

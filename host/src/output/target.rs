@@ -1,0 +1,74 @@
+//! What every target does: check a record before it is queued, and write
+//! a list of records — retrying what failed, backing off, until it is
+//! acknowledged or [`PATIENCE`] runs out.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::record::OutRecord;
+use crate::backoff::Backoff;
+
+/// How long one flush keeps retrying a target before it fails the flush
+/// (the batch is then delivered again, and the flush tried again).
+pub const PATIENCE: Duration = Duration::from_secs(10);
+/// Longest one request to a target may take.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// First and longest wait between two tries.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// The future a [`Target`] returns.
+pub type WriteFuture<'a> = Pin<Box<dyn Future<Output = Result<Written, String>> + Send + 'a>>;
+
+/// How a write went.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Requests sent again, or records sent again after a partial failure.
+    pub retries: u64,
+}
+
+/// A place outputs are written.
+pub trait Target: Send + Sync {
+    /// Why this target cannot take the record, if it cannot: checked when it
+    /// is sent, so the processor hears of it then.
+    fn check(&self, record: &OutRecord) -> Result<(), String>;
+
+    /// Writes `records` in order, retrying until acknowledged or
+    /// [`PATIENCE`] ran out (then says why).
+    fn write<'a>(&'a self, records: &'a [OutRecord]) -> WriteFuture<'a>;
+}
+
+/// One attempt's outcome, for [`retrying`].
+pub enum Attempt<T> {
+    /// Done.
+    Done(T),
+    /// Try again after a backoff; the message says what went wrong.
+    Again(String),
+    /// Trying again cannot help.
+    Fail(String),
+}
+
+/// Runs `attempt` until it is done, backing off between tries, each try at
+/// most [`ATTEMPT_TIMEOUT`], for at most [`PATIENCE`]; counts the retries.
+pub async fn retrying<T, F: Future<Output = Attempt<T>>>(target: &str, mut attempt: impl FnMut() -> F) -> Result<(T, u64), String> {
+    let deadline = Instant::now() + PATIENCE;
+    let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
+    let mut retries = 0;
+    loop {
+        let error = match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt()).await {
+            Ok(Attempt::Done(value)) => return Ok((value, retries)),
+            Ok(Attempt::Fail(error)) => return Err(format!("{target}: {error}")),
+            Ok(Attempt::Again(error)) => error,
+            Err(_) => format!("no answer within {ATTEMPT_TIMEOUT:?}"),
+        };
+        let wait = backoff.next_wait();
+        if Instant::now() + wait >= deadline {
+            return Err(format!("{target}: {error} (still failing after {PATIENCE:?} of retries)"));
+        }
+        tracing::debug!("{target}: {error}; trying again in {wait:?}");
+        tokio::time::sleep(wait).await;
+        retries += 1;
+    }
+}

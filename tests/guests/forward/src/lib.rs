@@ -1,0 +1,55 @@
+//! Forwards every record to the output named by the variable `target`
+//! (default `out`) as `<shard> <sequence number> <data>`, with the record's
+//! partition key, then checkpoints the batch — so the output tests can tell,
+//! for every lease-table checkpoint, which outputs must already be written.
+//!
+//! A record `http:<url>` is not forwarded: the processor GETs the URL and
+//! logs the outcome (`http <url> <status>` or `http <url> failed: ...`).
+//! `initialize` logs the variable `greeting` when it is set. Each record is
+//! logged as `record <sequence-number> <partition-key> <data>`.
+
+use kcl_guest::output::Outputs;
+use kcl_guest::{Batch, CheckpointError, Checkpointer, ProcessorError, RecordProcessor, ShardInfo};
+
+pub struct Forward {
+    shard: String,
+    target: String,
+}
+
+impl RecordProcessor for Forward {
+    fn initialize(shard: ShardInfo) -> Result<Self, ProcessorError> {
+        if let Some(greeting) = kcl_guest::config::get("greeting") {
+            kcl_guest::info!("var greeting={greeting}");
+        }
+        let target = kcl_guest::config::get("target").unwrap_or_else(|| "out".into());
+        Ok(Forward { shard: shard.shard_id, target })
+    }
+
+    fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
+        let mut outputs = Outputs::new();
+        for record in &batch {
+            let data = String::from_utf8_lossy(record.data);
+            if let Some(url) = data.strip_prefix("http:") {
+                match waki::Client::new().get(url).connect_timeout(std::time::Duration::from_secs(2)).send() {
+                    Ok(response) => kcl_guest::info!("http {url} {}", response.status_code()),
+                    Err(e) => kcl_guest::info!("http {url} failed: {e}"),
+                }
+                continue;
+            }
+            kcl_guest::info!("record {} {} {data}", record.sequence_number, record.partition_key);
+            outputs.push(record.partition_key, format!("{} {} {data}", self.shard, record.sequence_number).as_bytes());
+        }
+        if let Err(e) = outputs.send(&self.target) {
+            kcl_guest::error!("send to `{}` refused: {e}", self.target);
+            return Err(ProcessorError::fatal(e.to_string()));
+        }
+        match checkpointer.checkpoint() {
+            Ok(()) => Ok(()),
+            // The outputs could not be written (so neither was the checkpoint): try the batch again later.
+            Err(CheckpointError::Unavailable(why)) => Err(ProcessorError::retryable(why)),
+            Err(e) => Err(ProcessorError::fatal(e.to_string())),
+        }
+    }
+}
+
+kcl_guest::export_processor!(Forward);
