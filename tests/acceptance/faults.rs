@@ -11,7 +11,7 @@ const SIGINT: i32 = 2;
 
 /// `kcl-host run` of `guest_name` with its `service` endpoint (`KINESIS`
 /// or `DYNAMODB`) through `proxy`.
-fn start_through(proxy: &FaultProxy, service: &str, guest_name: &str, stream: &str, application: &str, worker: &str, extra: &[&str]) -> KclHost {
+pub(super) fn start_through(proxy: &FaultProxy, service: &str, guest_name: &str, stream: &str, application: &str, worker: &str, extra: &[&str]) -> KclHost {
     let (processor, cache) = (guest(guest_name), test_cache_dir().display().to_string());
     let mut args = vec![
         "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
@@ -31,7 +31,7 @@ async fn faults_applied(proxy: &FaultProxy, n: u64) {
     }
 }
 
-fn upstream(service: &str) -> String {
+pub(super) fn upstream(service: &str) -> String {
     std::env::var(format!("AWS_ENDPOINT_URL_{service}")).expect("the local servers' endpoints")
 }
 

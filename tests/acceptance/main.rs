@@ -17,6 +17,7 @@ mod faults;
 mod fleet;
 mod lifecycle;
 mod operator;
+mod outputs;
 mod records;
 mod rollout;
 mod swap;

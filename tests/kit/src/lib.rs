@@ -2,6 +2,7 @@
 //! servers `scripts/servers.sh start` runs (endpoints from `AWS_ENDPOINT_URL_*`).
 
 pub mod faults;
+pub mod http_sink;
 pub mod process;
 pub mod producer;
 
@@ -44,6 +45,20 @@ pub async fn clients() -> AwsClients {
         );
     }
     AwsClients::from_env(&AwsSettings::default()).await.expect("clients for the local servers")
+}
+
+/// One record as [`TestStream::read_all`] read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamRecord {
+    pub shard: String,
+    pub sequence_number: String,
+    pub partition_key: String,
+    pub data: String,
+}
+
+/// Whether sequence number `a` comes before or is `b` (numbers as decimal strings).
+pub fn at_or_before(a: &str, b: &str) -> bool {
+    (a.len(), a) <= (b.len(), b)
 }
 
 /// A stream on the local Kinesis server.
@@ -115,6 +130,41 @@ impl TestStream {
             }
         }
         sequence_numbers
+    }
+
+    /// Every record of the stream, read from the oldest: (shard, sequence
+    /// number, partition key, data), each shard in order.
+    pub async fn read_all(&self) -> Vec<StreamRecord> {
+        use aws_sdk_kinesis::types::ShardIteratorType;
+        let mut all = Vec::new();
+        for shard in self.shards().await {
+            let mut iterator = self
+                .kinesis
+                .get_shard_iterator()
+                .stream_name(&self.name)
+                .shard_id(&shard.id)
+                .shard_iterator_type(ShardIteratorType::TrimHorizon)
+                .send()
+                .await
+                .expect("GetShardIterator")
+                .shard_iterator;
+            while let Some(it) = iterator {
+                let page = self.kinesis.get_records().shard_iterator(it).limit(10_000).send().await.expect("GetRecords");
+                for r in page.records() {
+                    all.push(StreamRecord {
+                        shard: shard.id.clone(),
+                        sequence_number: r.sequence_number().to_owned(),
+                        partition_key: r.partition_key().unwrap_or_default().to_owned(),
+                        data: String::from_utf8_lossy(r.data().as_ref()).into_owned(),
+                    });
+                }
+                if page.records().is_empty() && page.millis_behind_latest().unwrap_or(0) == 0 {
+                    break;
+                }
+                iterator = page.next_shard_iterator;
+            }
+        }
+        all
     }
 
     /// Splits a shard at the middle of its hash range; returns the children's ids.

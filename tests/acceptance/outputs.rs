@@ -1,0 +1,158 @@
+//! Outputs, end to end: the `forward` guest sends every record on, tagged
+//! `<shard> <sequence number> <data>`, then checkpoints. Judged from the
+//! output stream (or the HTTP sink), the lease table and the logs: every
+//! input reaches its output, no checkpoint is ever ahead of the outputs of
+//! the records it covers, and duplicates come only after a crash's checkpoint.
+
+use kcl_testkit::faults::{Fault, FaultProxy, Rule};
+use kcl_testkit::http_sink::{HttpSink, Mode};
+use kcl_testkit::producer::Producer;
+use kcl_testkit::{at_or_before, StreamRecord};
+
+use super::*;
+
+/// The checkpoint of each shard, as the lease table has it now.
+async fn checkpoints(aws: &AwsClients, application: &str) -> BTreeMap<String, String> {
+    leases(&aws.dynamodb, application)
+        .await
+        .into_iter()
+        .filter_map(|l| match l.checkpoint {
+            Checkpoint::At(position) => Some((l.key, position.sequence_number().to_owned())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The inputs each output stands for: `(shard, sequence number)`, with how often.
+fn forwarded(outputs: &[String]) -> BTreeMap<(String, String), usize> {
+    let mut seen = BTreeMap::new();
+    for line in outputs {
+        let mut words = line.splitn(3, ' ');
+        if let (Some(shard), Some(seq)) = (words.next(), words.next()) {
+            *seen.entry((shard.to_owned(), seq.to_owned())).or_default() += 1;
+        }
+    }
+    seen
+}
+
+/// The inputs at or before their shard's checkpoint whose output is not in `outputs`.
+fn behind_checkpoint(inputs: &[StreamRecord], checkpoints: &BTreeMap<String, String>, outputs: &BTreeMap<(String, String), usize>) -> Vec<String> {
+    inputs
+        .iter()
+        .filter(|r| checkpoints.get(&r.shard).is_some_and(|cp| at_or_before(&r.sequence_number, cp)))
+        .filter(|r| !outputs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
+        .map(|r| format!("{} {} {}", r.shard, r.sequence_number, r.data))
+        .collect()
+}
+
+/// Polls `done` until it holds: what the tests wait on here (an HTTP sink, a
+/// stream) has no event to await. Panics after [`LIMIT`], saying `what`.
+async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "gave up waiting for {what} after {LIMIT:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn data(records: &[StreamRecord]) -> Vec<String> {
+    records.iter().map(|r| r.data.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_survive_kill_9_and_no_checkpoint_is_ever_ahead_of_them() {
+    let aws = clients().await;
+    let (input, output, application) = (unique("out-in"), unique("out-out"), unique("out-app"));
+    let input = TestStream::create(&aws.kinesis, &input, 8).await;
+    let output = TestStream::create(&aws.kinesis, &output, 2).await;
+    let target = format!("out=kinesis:{}", output.name);
+    let flags = ["--failover-time", "2s", "--output", &target];
+    // Every output write takes 600 ms: a checkpoint written before its
+    // outputs would be seen ahead of them, and lose them at a kill.
+    let proxy = FaultProxy::start(&super::faults::upstream("KINESIS")).await;
+    proxy.set(vec![Rule::every(Some("PutRecords"), Fault::Delay(Duration::from_millis(600)))]);
+    let start = |worker: &str| super::faults::start_through(&proxy, "KINESIS", "forward", &input.name, &application, worker, &flags);
+    let producer = Producer::start(&input, "o", Duration::from_millis(100)).await;
+    let first = start("w1");
+    // Duplicates may only follow these: the checkpoints just before each kill.
+    let mut at_kills: Vec<BTreeMap<String, String>> = Vec::new();
+    let mut samples = 0;
+    for round in 0..3 {
+        let mut second = start(&format!("w2-{round}"));
+        second.wait_for("some records forwarded", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 40).await;
+        // The check at the heart of it: read the checkpoints, then the outputs.
+        let cps = checkpoints(&aws, &application).await;
+        let outs = forwarded(&data(&output.read_all().await));
+        let ins = input.read_all().await;
+        let missing = behind_checkpoint(&ins, &cps, &outs);
+        assert!(missing.is_empty(), "checkpoints ahead of their outputs: {missing:?}");
+        samples += cps.len();
+        at_kills.push(cps);
+        second.kill().await;
+    }
+    let produced = producer.stop().await;
+    let ins = input.read_all().await;
+    assert_eq!(ins.len(), produced.len());
+    until("every input's output", || async {
+        let outs = forwarded(&data(&output.read_all().await));
+        ins.iter().all(|r| outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
+    })
+    .await;
+    let outputs = data(&output.read_all().await);
+    let outs = forwarded(&outputs);
+    for r in &ins {
+        let n = outs.get(&(r.shard.clone(), r.sequence_number.clone())).copied().unwrap_or(0);
+        assert!(n >= 1, "input {} {} {} never reached the output stream", r.shard, r.sequence_number, r.data);
+        if n > 1 {
+            let after_a_kill = at_kills.iter().any(|cps| cps.get(&r.shard).is_none_or(|cp| !at_or_before(&r.sequence_number, cp)));
+            assert!(after_a_kill, "input {} {} was forwarded {n} times though it was checkpointed before every kill", r.shard, r.sequence_number);
+        }
+    }
+    let final_cps = checkpoints(&aws, &application).await;
+    assert!(behind_checkpoint(&ins, &final_cps, &outs).is_empty());
+    let duplicates = outs.values().filter(|n| **n > 1).count();
+    let (status, log) = first.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert!(log.iter().any(|l| l.contains("outputs written: out=")), "the exit line counts outputs");
+    eprintln!(
+        "{} inputs, {} outputs, {duplicates} forwarded twice or more, {samples} checkpoints checked against the outputs",
+        ins.len(),
+        outputs.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_target_holds_the_checkpoint_back_and_nothing_is_lost_when_it_returns() {
+    let aws = clients().await;
+    let (input, application) = (unique("http-in"), unique("http-app"));
+    let input = TestStream::create(&aws.kinesis, &input, 2).await;
+    let sink = HttpSink::start().await;
+    let target = format!("out=http://{}/ingest", sink.address());
+    let mut worker = start_with("forward", &input.name, &application, "w1", &["--output", &target]);
+    let shards: Vec<String> = input.shards().await.into_iter().map(|s| s.id).collect();
+    let first = one_each(&input, &shards, "before").await;
+    worker.wait_for("the first records forwarded", LIMIT, |log| processed(log, &first)).await;
+    let cps_before = checkpoints(&aws, &application).await;
+    assert_eq!(cps_before.len(), 2, "both shards checkpointed after their outputs were posted");
+
+    // Down: the endpoint goes silent (a black hole), then answers 503.
+    sink.set_mode(Mode::Silent);
+    let during = one_each(&input, &shards, "during").await;
+    assert_eq!(during.len(), 2);
+    worker.wait_for("a failed flush", LIMIT, |log| log.iter().any(|l| l.contains("the outputs could not be written"))).await;
+    sink.set_mode(Mode::Fail);
+    worker.wait_for("another failed flush", LIMIT, |log| log.iter().any(|l| l.contains("503"))).await;
+    assert_eq!(checkpoints(&aws, &application).await, cps_before, "no checkpoint moved while the target was down");
+
+    sink.set_mode(Mode::Ok);
+    let outs = || forwarded(&sink.lines().iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["data"].as_str().unwrap().to_owned()).collect::<Vec<_>>());
+    let ins = input.read_all().await;
+    assert_eq!(ins.len(), 4);
+    until("every output posted", || async { ins.iter().all(|r| outs().contains_key(&(r.shard.clone(), r.sequence_number.clone()))) }).await;
+    until("the checkpoints past the outage", || async { checkpoints(&aws, &application).await.len() == 2 && checkpoints(&aws, &application).await != cps_before }).await;
+    let cps_after = checkpoints(&aws, &application).await;
+    assert!(behind_checkpoint(&ins, &cps_after, &outs()).is_empty());
+    assert!(worker.log().await.iter().any(|l| l.contains(&during[0])), "the outage's records were processed");
+    let (status, log) = worker.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+}
