@@ -17,7 +17,7 @@ if [ ! -d "$sysroot/lib/rustlib/wasm32-wasip2/lib" ]; then
   fi
 fi
 
-guests=(noop counter json-aggregate)
+guests=(noop counter json-aggregate enrich)
 packages=()
 for g in "${guests[@]}"; do packages+=(-p "kcl-example-$g"); done
 packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged -p kcl-test-guest-forward)
@@ -37,7 +37,7 @@ cp "$target/wasm32-wasip2/guest/kcl_test_guest_forward.wasm" examples/build/forw
 cargo build --quiet --target wasm32-wasip2 --profile guest -p kcl-test-guest-legacy -p kcl-test-guest-legacy-v0-2
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy.wasm" examples/build/legacy-v0.1.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_2.wasm" examples/build/legacy-v0.2.wasm
-for g in counter json-aggregate; do
+for g in counter json-aggregate totals; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done
 # Stamp each Rust guest with its package's name and version, as any
@@ -53,4 +53,6 @@ stamp() {
 for g in "${guests[@]}"; do stamp "kcl-example-$g" "examples/build/$g.wasm"; done
 for g in faulty tagged forward; do stamp "kcl-test-guest-$g" "examples/build/$g.wasm"; done
 stamp kcl-test-guest-legacy examples/build/legacy-v0.1.wasm
+# The same forward processor as a version 2.0.0 (another hash): the output swap test's new version.
+"$wasm_tools" metadata add --name kcl-test-guest-forward --version 2.0.0 examples/build/forward.wasm -o examples/build/forward-v2.wasm
 echo "guests built: $(cd examples/build && ls *.wasm | tr '\n' ' ')"

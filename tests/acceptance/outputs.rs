@@ -9,6 +9,8 @@ use kcl_testkit::http_sink::{HttpSink, Mode};
 use kcl_testkit::producer::Producer;
 use kcl_testkit::{at_or_before, StreamRecord};
 
+use serde_json::Value;
+
 use super::*;
 
 /// The checkpoint of each shard, as the lease table has it now.
@@ -155,4 +157,143 @@ async fn a_failing_target_holds_the_checkpoint_back_and_nothing_is_lost_when_it_
     assert!(worker.log().await.iter().any(|l| l.contains(&during[0])), "the outage's records were processed");
     let (status, log) = worker.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_reach_only_allowed_hosts_and_read_their_variables() {
+    let aws = clients().await;
+    let (input, application) = (unique("net-in"), unique("net-app"));
+    let input = TestStream::create(&aws.kinesis, &input, 1).await;
+    let (allowed, other) = (HttpSink::start().await, HttpSink::start().await);
+    let allow = format!("http://{}", allowed.address());
+    let mut worker = start_with(
+        "forward",
+        &input.name,
+        &application,
+        "w1",
+        &["--allow-outbound", &allow, "--var", "greeting=hello there", "--var", "target=out", "--output", "out=stdout"],
+    );
+    let shard = input.shards().await.remove(0).id;
+    let (ok_url, denied_url) = (format!("http://{}/users/ana", allowed.address()), format!("http://{}/users/ben", other.address()));
+    input.put(&shard, &[format!("http:{ok_url}"), format!("http:{denied_url}")]).await;
+    worker.wait_for("both calls", LIMIT, |log| count_lines(log, "kcl_host::guest: http ") >= 2).await;
+    let log = worker.log().await;
+    assert!(log.iter().any(|l| l.contains(&format!("http {ok_url} 200"))), "the allowed call went through");
+    let denied = log.iter().find(|l| l.contains(&format!("http {denied_url} failed"))).expect("the denied call failed in the guest");
+    assert!(denied.to_lowercase().contains("denied"), "the guest sees HTTP-request-denied: {denied}");
+    assert_eq!(allowed.requests(), ["GET /users/ana"]);
+    assert!(other.requests().is_empty(), "nothing reached a host that was not allowed");
+    assert_eq!(count_lines(&log, "was denied (it sees HTTP-request-denied)"), 1, "the host says so once");
+    assert!(log.iter().any(|l| l.contains("var greeting=hello there")), "the guest read its variable");
+    let (status, log) = worker.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_enrich_example_looks_users_up_over_http_and_forwards_to_kinesis() {
+    let aws = clients().await;
+    let (input, output, application) = (unique("enrich-in"), unique("enrich-out"), unique("enrich-app"));
+    let input = TestStream::create(&aws.kinesis, &input, 1).await;
+    let output = TestStream::create(&aws.kinesis, &output, 1).await;
+    let api = HttpSink::start().await;
+    let (api_url, target) = (format!("http://{}", api.address()), format!("enriched=kinesis:{}", output.name));
+    let var = format!("api_url={api_url}");
+    let worker = start_with("enrich", &input.name, &application, "w1", &["--var", &var, "--allow-outbound", &api_url, "--output", &target]);
+    let shard = input.shards().await.remove(0).id;
+    let events = [r#"{"user":"ana","kind":"purchase","amount":12.5}"#, "not json", r#"{"user":"ben","kind":"view"}"#];
+    input.put_keyed(&shard, &events.map(|e| (e.as_bytes(), "k"))).await;
+    until("two enriched events", || async { output.read_all().await.len() >= 2 }).await;
+    let enriched = output.read_all().await;
+    let users: Vec<(&str, Value)> = enriched.iter().map(|r| (r.partition_key.as_str(), serde_json::from_str(&r.data).unwrap())).collect();
+    assert_eq!(users.len(), 2, "the record that is not an event is skipped: {enriched:?}");
+    for ((key, event), user) in users.iter().zip(["ana", "ben"]) {
+        assert_eq!((*key, event["user"].as_str()), (user, Some(user)), "in order, keyed by user");
+        assert_eq!(event["profile"]["path"], format!("/users/{user}"));
+        assert_eq!(event["profile"]["tier"], "gold");
+    }
+    assert_eq!(users[0].1["amount"], 12.5, "the event's own fields stay");
+    let (status, log) = worker.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_totals_example_writes_per_user_totals_to_dynamodb() {
+    use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+    let aws = clients().await;
+    let (input, application, table) = (unique("totals-in"), unique("totals-app"), unique("totals"));
+    let input = TestStream::create(&aws.kinesis, &input, 2).await;
+    aws.dynamodb
+        .create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(AttributeDefinition::builder().attribute_name("user").attribute_type(ScalarAttributeType::S).build().unwrap())
+        .key_schema(KeySchemaElement::builder().attribute_name("user").key_type(KeyType::Hash).build().unwrap())
+        .send()
+        .await
+        .expect("CreateTable");
+    let target = format!("totals=dynamodb:{table}");
+    let worker = start_with("go-totals", &input.name, &application, "w1", &["--output", &target]);
+    let shards: Vec<String> = input.shards().await.into_iter().map(|s| s.id).collect();
+    let purchase = |user: &str, amount: f64| format!(r#"{{"user":"{user}","kind":"purchase","amount":{amount}}}"#);
+    let ana = [purchase("ana", 12.5), purchase("ana", 7.0), r#"{"user":"ana","kind":"view"}"#.to_owned()];
+    let ben = [purchase("ben", 3.25)];
+    input.put_keyed(&shards[0], &ana.iter().map(|e| (e.as_bytes(), "ana")).collect::<Vec<_>>()).await;
+    input.put_keyed(&shards[1], &ben.iter().map(|e| (e.as_bytes(), "ben")).collect::<Vec<_>>()).await;
+    let items = || async {
+        let scan = aws.dynamodb.scan().table_name(&table).send().await.expect("Scan");
+        let mut totals = BTreeMap::new();
+        for item in scan.items() {
+            let user = item["user"].as_s().unwrap().clone();
+            totals.insert(user, (item["total"].as_n().unwrap().clone(), item["purchases"].as_n().unwrap().clone()));
+        }
+        totals
+    };
+    until("both users' totals", || async { items().await.len() == 2 && items().await["ana"].1 == "2" }).await;
+    assert_eq!(items().await, BTreeMap::from([("ana".into(), ("19.5".into(), "2".into())), ("ben".into(), ("3.25".into(), "1".into()))]));
+    until("both shards checkpointed", || async { checkpoints(&aws, &application).await.len() == 2 }).await;
+    let (status, log) = worker.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert!(log.iter().any(|l| l.contains("outputs written: totals=")), "the exit line counts the items");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_while_outputs_are_in_flight_loses_none_of_them() {
+    const SIGHUP: i32 = 1;
+    let aws = clients().await;
+    let (input, output, application) = (unique("swapout-in"), unique("swapout-out"), unique("swapout-app"));
+    let input = TestStream::create(&aws.kinesis, &input, 4).await;
+    let output = TestStream::create(&aws.kinesis, &output, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("processor.wasm");
+    std::fs::copy(guest("forward"), &path).unwrap();
+    // Output writes take 400 ms: the swap comes while some are queued or being written.
+    let proxy = FaultProxy::start(&super::faults::upstream("KINESIS")).await;
+    proxy.set(vec![Rule::every(Some("PutRecords"), Fault::Delay(Duration::from_millis(400)))]);
+    let target = format!("out=kinesis:{}", output.name);
+    let (path_arg, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
+    let args = [
+        "run", &path_arg, "--stream", &input.name, "--application", &application, "--worker-id", "w1",
+        "--idle-time-between-reads", "200ms", "--cache-dir", &cache, "--output", &target, "--swap-canary-batches", "0",
+    ];
+    let variable = "AWS_ENDPOINT_URL_KINESIS";
+    let mut worker = KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, &[(variable, proxy.endpoint.as_str())]);
+    let producer = Producer::start(&input, "s", Duration::from_millis(100)).await;
+    worker.wait_for("records forwarded by v1", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 40).await;
+    std::fs::copy(guest("forward-v2"), &path).unwrap();
+    worker.signal(SIGHUP);
+    worker.wait_for("every shard swapped", LIMIT, |log| count_lines(log, "swapped the processor") >= 4).await;
+    worker.wait_for("records forwarded by v2", LIMIT, |log| count_lines(log, "(kcl-test-guest-forward@2.0.0)") >= 40).await;
+    let produced = producer.stop().await;
+    let ins = input.read_all().await;
+    assert_eq!(ins.len(), produced.len());
+    until("every input's output", || async {
+        let outs = forwarded(&data(&output.read_all().await));
+        ins.iter().all(|r| outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
+    })
+    .await;
+    let outs = forwarded(&data(&output.read_all().await));
+    assert!(behind_checkpoint(&ins, &checkpoints(&aws, &application).await, &outs).is_empty());
+    let (status, log) = worker.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert!(log.iter().any(|l| l.contains("-> ") && l.contains("kcl-test-guest-forward@2.0.0")), "the exit line names both versions");
 }
