@@ -32,10 +32,12 @@ fn run(command: &mut Command) {
 }
 
 /// The sample has two JSON records and one that is not: all three are
-/// processed, one checkpoint at the end.
+/// processed, the two events sent to `events` (printed by replay), one
+/// checkpoint at the end.
 fn assert_replays(wasm: &Path, project: &Path) {
-    let text = kcl_host(&["replay", wasm.to_str().unwrap(), "--input", "records.jsonl"], project);
+    let text = kcl_host(&["replay", wasm.to_str().unwrap(), "--input", "records.jsonl", "--output", "events=stdout"], project);
     assert!(text.contains("replayed 3 records in 1 batches"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("events {\"partition_key\":")).count(), 2, "{text}");
     assert!(text.contains("1 checkpoints"), "{text}");
     assert!(text.contains("3 records, 1 not JSON"), "{text}");
 }

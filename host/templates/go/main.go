@@ -1,6 +1,9 @@
-// {name}: a kcl-host record processor. It reads each record as JSON, logs
-// it, and checkpoints after every batch, so a restart resumes after the
-// last batch it finished.
+// {name}: a kcl-host record processor. It reads each record as JSON,
+// sends every event on to the output "events" (declare where it goes:
+// --output events=kinesis:STREAM, =dynamodb:TABLE, =https://..., =stdout),
+// and checkpoints after every batch. kcl-host writes the outputs before the
+// checkpoint, so a restart resumes after the last batch whose events were
+// all written.
 package main
 
 import (
@@ -22,6 +25,7 @@ func (p *processor) Initialize(shard kcl.ShardInfo) error {
 }
 
 func (p *processor) ProcessRecords(batch kcl.Batch, cp *kcl.Checkpointer) error {
+	var events kcl.Outputs
 	for _, record := range batch.Records {
 		p.records++
 		var event any
@@ -31,7 +35,13 @@ func (p *processor) ProcessRecords(batch kcl.Batch, cp *kcl.Checkpointer) error 
 			kcl.Warnf("record %s is not JSON: %v", record.SequenceNumber, err)
 			continue
 		}
-		kcl.Infof("%s %v", record.PartitionKey, event)
+		line, _ := json.Marshal(event)
+		events.Add(record.PartitionKey, line)
+	}
+	// An output that is not declared, or that the target cannot take, is a
+	// setup error: fail the shard and say so.
+	if err := events.Send("events"); err != nil {
+		return err
 	}
 	// A refused checkpoint is worth retrying, not worth failing the shard.
 	if err := cp.Checkpoint(); err != nil {
