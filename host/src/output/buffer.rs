@@ -1,5 +1,6 @@
 //! One shard's queue of outputs: what its processor sent and no target
-//! has acknowledged yet. Every shard of a worker shares one byte budget
+//! has acknowledged yet, kept as the columns each `send` gave (no copy per
+//! record). Every shard of a worker shares one byte budget
 //! (`--output-buffer-mib`): a send that does not fit first flushes the
 //! shard's own queue, then waits for room — the shard slows down, nothing
 //! is dropped.
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::record::OutRecord;
-use super::Outputs;
+use super::{Declared, Outputs};
 use crate::runtime::{OutputFuture, OutputRecords, OutputSink, SendError};
 
 /// The budget counts in units of this many bytes.
@@ -19,10 +20,26 @@ pub(super) const UNIT: usize = 1024;
 /// A shard's outputs, queued until flushed.
 pub struct ShardOutputs {
     outputs: Arc<Outputs>,
-    /// Per target name, in the order sent.
-    queued: BTreeMap<String, Vec<OutRecord>>,
+    /// Per target name, each send's columns in the order sent.
+    queued: BTreeMap<String, Vec<OutputRecords>>,
     /// The budget the queue holds.
     held: Option<OwnedSemaphorePermit>,
+}
+
+/// The records of checked sends, in order.
+fn records(sends: &[OutputRecords]) -> Vec<OutRecord<'_>> {
+    sends.iter().flat_map(|send| (0..send.len()).map(move |i| view(send, i).expect("checked when it was sent"))).collect()
+}
+
+/// Record `i` of a send.
+fn view(send: &OutputRecords, i: usize) -> Result<OutRecord<'_>, String> {
+    let (data, partition_key, explicit_hash_key) = send.get(i)?;
+    Ok(OutRecord { data, partition_key, explicit_hash_key })
+}
+
+/// Bytes a send holds.
+fn size(send: &OutputRecords) -> usize {
+    send.data.len() + send.partition_keys.len() + send.explicit_hash_keys.len()
 }
 
 impl ShardOutputs {
@@ -30,16 +47,13 @@ impl ShardOutputs {
         Self { outputs, queued: BTreeMap::new(), held: None }
     }
 
-    /// Records `records` as [`OutRecord`]s, each checked by `target`.
-    fn convert(records: &OutputRecords, target: &super::Declared) -> Result<Vec<OutRecord>, SendError> {
-        (0..records.len())
-            .map(|i| {
-                let (data, partition_key, explicit_hash_key) = records.get(i).map_err(SendError::Invalid)?;
-                let record = OutRecord { data: data.to_vec(), partition_key: partition_key.to_owned(), explicit_hash_key: explicit_hash_key.map(str::to_owned) };
-                target.target.check(&record).map_err(|e| SendError::Invalid(format!("record {i} for `{}`: {e}", target.name)))?;
-                Ok(record)
-            })
-            .collect()
+    /// Checks every record of `send` against `target`.
+    fn check(send: &OutputRecords, target: &Declared) -> Result<(), SendError> {
+        for i in 0..send.len() {
+            let record = view(send, i).map_err(SendError::Invalid)?;
+            target.target.check(&record).map_err(|e| SendError::Invalid(format!("record {i} for `{}`: {e}", target.name)))?;
+        }
+        Ok(())
     }
 
     /// Takes `units` of the worker's budget, flushing this shard's own
@@ -49,7 +63,9 @@ impl ShardOutputs {
         let permit = match budget.clone().try_acquire_many_owned(units) {
             Ok(permit) => permit,
             Err(_) => {
-                if !self.queued.is_empty() && let Err(e) = self.write_queued().await {
+                if !self.queued.is_empty()
+                    && let Err(e) = self.write_queued().await
+                {
                     tracing::warn!("the output buffer is full and this shard's outputs could not be written: {e}; waiting for room");
                 }
                 budget.acquire_many_owned(units).await.expect("the budget is never closed")
@@ -65,13 +81,13 @@ impl ShardOutputs {
     /// Writes every target's queue; the acknowledged ones leave it.
     async fn write_queued(&mut self) -> Result<(), String> {
         let mut errors = Vec::new();
-        for (name, records) in std::mem::take(&mut self.queued) {
+        for (name, sends) in std::mem::take(&mut self.queued) {
             let declared = &self.outputs.targets[&name];
-            match declared.write(&records).await {
-                Ok(()) => self.release(records.iter().map(OutRecord::size).sum()),
+            match declared.write(&records(&sends)).await {
+                Ok(()) => self.release(sends.iter().map(size).sum()),
                 Err(e) => {
                     errors.push(e);
-                    self.queued.insert(name, records);
+                    self.queued.insert(name, sends);
                 }
             }
         }
@@ -96,17 +112,17 @@ impl OutputSink for ShardOutputs {
             let Some(declared) = self.outputs.targets.get(&target).cloned() else {
                 return Err(SendError::UnknownTarget(self.outputs.unknown(&target)));
             };
-            let records = Self::convert(&records, &declared)?;
-            let bytes: usize = records.iter().map(OutRecord::size).sum();
+            Self::check(&records, &declared)?;
+            let bytes = size(&records);
             let units = bytes.div_ceil(UNIT).max(1);
             if units > self.outputs.budget_units {
                 return Err(SendError::Invalid(format!(
                     "{bytes} bytes in one send are more than the output buffer of {} MiB; send fewer at a time, or raise --output-buffer-mib",
-                    self.outputs.budget_units * UNIT >> 20
+                    (self.outputs.budget_units * UNIT) >> 20
                 )));
             }
             self.reserve(units as u32).await;
-            self.queued.entry(target).or_default().extend(records);
+            self.queued.entry(target).or_default().push(records);
             Ok(())
         })
     }

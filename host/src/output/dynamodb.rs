@@ -64,8 +64,8 @@ fn attribute(value: serde_json::Value) -> AttributeValue {
 }
 
 /// The record's data as an item, or why it is not one.
-fn item(record: &OutRecord) -> Result<HashMap<String, AttributeValue>, String> {
-    match serde_json::from_slice(&record.data) {
+fn item(record: &OutRecord<'_>) -> Result<HashMap<String, AttributeValue>, String> {
+    match serde_json::from_slice(record.data) {
         Ok(serde_json::Value::Object(fields)) => Ok(fields.into_iter().map(|(k, v)| (k, attribute(v))).collect()),
         Ok(_) => Err("a DynamoDB output's data must be a JSON object (an item); this is other JSON".into()),
         Err(e) => Err(format!("a DynamoDB output's data must be a JSON object (an item): {e}")),
@@ -73,7 +73,7 @@ fn item(record: &OutRecord) -> Result<HashMap<String, AttributeValue>, String> {
 }
 
 impl Target for DynamoDbTarget {
-    fn check(&self, record: &OutRecord) -> Result<(), String> {
+    fn check(&self, record: &OutRecord<'_>) -> Result<(), String> {
         let item = item(record)?;
         match self.key.iter().find(|k| !item.contains_key(*k)) {
             Some(missing) => Err(format!("the item has no `{missing}`, a key attribute of table `{}`", self.table)),
@@ -81,7 +81,7 @@ impl Target for DynamoDbTarget {
         }
     }
 
-    fn write<'a>(&'a self, records: &'a [OutRecord]) -> WriteFuture<'a> {
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
         Box::pin(async move {
             let target = format!("dynamodb:{}", self.table);
             let mut written = Written::default();
@@ -119,7 +119,7 @@ mod tests {
 
     #[test]
     fn json_objects_become_items_and_anything_else_is_refused() {
-        let record = |data: &str| OutRecord { data: data.as_bytes().to_vec(), partition_key: "k".into(), explicit_hash_key: None };
+        let record = |data: &'static str| OutRecord { data: data.as_bytes(), partition_key: "k", explicit_hash_key: None };
         let item = item(&record(r#"{"key":"a","total":3,"tags":["x"],"ok":true,"none":null}"#)).unwrap();
         assert_eq!(item["key"], AttributeValue::S("a".into()));
         assert_eq!(item["total"], AttributeValue::N("3".into()));

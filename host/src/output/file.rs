@@ -22,11 +22,11 @@ pub enum Lines {
 }
 
 impl Target for Lines {
-    fn check(&self, _: &OutRecord) -> Result<(), String> {
+    fn check(&self, _: &OutRecord<'_>) -> Result<(), String> {
         Ok(())
     }
 
-    fn write<'a>(&'a self, records: &'a [OutRecord]) -> WriteFuture<'a> {
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
         Box::pin(async move {
             let lines = json_lines(records);
             match self {

@@ -36,11 +36,11 @@ impl HttpTarget {
 }
 
 impl Target for HttpTarget {
-    fn check(&self, _: &OutRecord) -> Result<(), String> {
+    fn check(&self, _: &OutRecord<'_>) -> Result<(), String> {
         Ok(())
     }
 
-    fn write<'a>(&'a self, records: &'a [OutRecord]) -> WriteFuture<'a> {
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
         Box::pin(async move {
             let mut written = Written::default();
             for chunk in records.chunks(MAX_RECORDS) {

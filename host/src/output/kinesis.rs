@@ -38,13 +38,13 @@ impl KinesisTarget {
     }
 
     /// One PutRecords call with the records at `indexes`: the indexes that failed, in order.
-    async fn put(&self, records: &[OutRecord], indexes: &[usize]) -> Attempt<Vec<usize>> {
+    async fn put(&self, records: &[OutRecord<'_>], indexes: &[usize]) -> Attempt<Vec<usize>> {
         let entries = indexes.iter().map(|&i| {
             let r = &records[i];
             PutRecordsRequestEntry::builder()
-                .data(Blob::new(r.data.clone()))
-                .partition_key(&r.partition_key)
-                .set_explicit_hash_key(r.explicit_hash_key.clone())
+                .data(Blob::new(r.data))
+                .partition_key(r.partition_key)
+                .set_explicit_hash_key(r.explicit_hash_key.map(str::to_owned))
                 .build()
                 .expect("data and partition key are set")
         });
@@ -62,7 +62,7 @@ impl KinesisTarget {
 }
 
 /// The next call's indexes from `pending`: at most [`MAX_RECORDS`] and [`MAX_BYTES`].
-fn next_call(records: &[OutRecord], pending: &[usize]) -> usize {
+fn next_call(records: &[OutRecord<'_>], pending: &[usize]) -> usize {
     let mut bytes = 0;
     pending
         .iter()
@@ -78,19 +78,19 @@ fn next_call(records: &[OutRecord], pending: &[usize]) -> usize {
 /// What to send after a call of `sent` in which `failed` failed, with
 /// `unsent` still to go: the failed entries, the later entries of their
 /// partition keys in that call, then the rest — in the order they were sent.
-fn after_partial_failure(records: &[OutRecord], sent: &[usize], failed: &[usize], unsent: &[usize]) -> Vec<usize> {
+fn after_partial_failure(records: &[OutRecord<'_>], sent: &[usize], failed: &[usize], unsent: &[usize]) -> Vec<usize> {
     // Each failed key's first failure: what follows it of that key goes again.
     let mut first_failure: HashMap<&str, usize> = HashMap::new();
     for &i in failed {
-        let first = first_failure.entry(records[i].partition_key.as_str()).or_insert(i);
+        let first = first_failure.entry(records[i].partition_key).or_insert(i);
         *first = (*first).min(i);
     }
-    let again = sent.iter().copied().filter(|&i| first_failure.get(records[i].partition_key.as_str()).is_some_and(|&first| i >= first));
+    let again = sent.iter().copied().filter(|&i| first_failure.get(records[i].partition_key).is_some_and(|&first| i >= first));
     again.chain(unsent.iter().copied()).collect()
 }
 
 impl Target for KinesisTarget {
-    fn check(&self, record: &OutRecord) -> Result<(), String> {
+    fn check(&self, record: &OutRecord<'_>) -> Result<(), String> {
         let key = record.partition_key.chars().count();
         if !(1..=256).contains(&key) {
             return Err(format!("a Kinesis partition key has 1 to 256 characters; this one has {key}"));
@@ -101,7 +101,7 @@ impl Target for KinesisTarget {
         Ok(())
     }
 
-    fn write<'a>(&'a self, records: &'a [OutRecord]) -> WriteFuture<'a> {
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
         Box::pin(async move {
             let mut pending: Vec<usize> = (0..records.len()).collect();
             let mut written = Written::default();
@@ -129,8 +129,8 @@ impl Target for KinesisTarget {
 mod tests {
     use super::*;
 
-    fn records(keys: &[&str]) -> Vec<OutRecord> {
-        keys.iter().map(|k| OutRecord { data: vec![0; 10], partition_key: (*k).into(), explicit_hash_key: None }).collect()
+    fn records<'a>(keys: &[&'a str]) -> Vec<OutRecord<'a>> {
+        keys.iter().map(|k| OutRecord { data: &[0; 10], partition_key: k, explicit_hash_key: None }).collect()
     }
 
     #[test]
@@ -148,7 +148,8 @@ mod tests {
         let r = records(&vec!["k"; 1200]);
         let all: Vec<usize> = (0..r.len()).collect();
         assert_eq!(next_call(&r, &all), MAX_RECORDS);
-        let big: Vec<OutRecord> = (0..8).map(|_| OutRecord { data: vec![0; 1 << 20], partition_key: "k".into(), explicit_hash_key: None }).collect();
+        let mib = vec![0; 1 << 20];
+        let big: Vec<OutRecord> = (0..8).map(|_| OutRecord { data: &mib, partition_key: "k", explicit_hash_key: None }).collect();
         assert_eq!(next_call(&big, &(0..8).collect::<Vec<_>>()), 4, "5 MiB holds four records of 1 MiB and a key");
     }
 
@@ -156,7 +157,8 @@ mod tests {
     fn records_kinesis_would_refuse_are_refused_when_sent() {
         let target = KinesisTarget::new(Client::from_conf(aws_sdk_kinesis::Config::builder().behavior_version_latest().build()), "s".into());
         assert!(target.check(&records(&[""])[0]).unwrap_err().contains("1 to 256 characters"));
-        let big = OutRecord { data: vec![0; 1 << 20], partition_key: "k".into(), explicit_hash_key: None };
+        let mib = vec![0; 1 << 20];
+        let big = OutRecord { data: &mib, partition_key: "k", explicit_hash_key: None };
         assert!(target.check(&big).unwrap_err().contains("at most 1 MiB"));
     }
 }

@@ -46,7 +46,7 @@ pub(crate) struct Declared {
 
 impl Declared {
     /// Writes `records`, noting the outcome.
-    async fn write(&self, records: &[OutRecord]) -> Result<(), String> {
+    async fn write(&self, records: &[OutRecord<'_>]) -> Result<(), String> {
         let started = Instant::now();
         let result = self.target.write(records).await;
         let bytes = records.iter().map(|r| r.data.len()).sum();

@@ -4,23 +4,17 @@
 use base64::Engine;
 use serde::Serialize;
 
-/// A record a processor sent, owned by the shard's queue until its target
-/// acknowledged it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OutRecord {
+/// A record a processor sent: a view into the columns its `send` gave,
+/// which the shard's queue keeps as they came until a target acknowledged
+/// them (no copy per record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutRecord<'a> {
     /// The payload.
-    pub data: Vec<u8>,
+    pub data: &'a [u8],
     /// Places the record (a Kinesis shard); passed on to every target.
-    pub partition_key: String,
+    pub partition_key: &'a str,
     /// Places a Kinesis record instead of the partition key's hash.
-    pub explicit_hash_key: Option<String>,
-}
-
-impl OutRecord {
-    /// Bytes it holds in the worker's output buffer.
-    pub fn size(&self) -> usize {
-        self.data.len() + self.partition_key.len() + self.explicit_hash_key.as_ref().map_or(0, String::len)
-    }
+    pub explicit_hash_key: Option<&'a str>,
 }
 
 /// A record as a JSON line: `{"partition_key":…,"data":…}`, the data as a
@@ -38,15 +32,15 @@ struct Line<'a> {
 }
 
 /// `records` as JSON lines, each ending in `\n`.
-pub fn json_lines(records: &[OutRecord]) -> Vec<u8> {
+pub fn json_lines(records: &[OutRecord<'_>]) -> Vec<u8> {
     let mut out = Vec::new();
     for record in records {
-        let text = std::str::from_utf8(&record.data).ok();
+        let text = std::str::from_utf8(record.data).ok();
         let line = Line {
-            partition_key: &record.partition_key,
-            explicit_hash_key: record.explicit_hash_key.as_deref(),
+            partition_key: record.partition_key,
+            explicit_hash_key: record.explicit_hash_key,
             data: text,
-            data_base64: text.is_none().then(|| base64::engine::general_purpose::STANDARD.encode(&record.data)),
+            data_base64: text.is_none().then(|| base64::engine::general_purpose::STANDARD.encode(record.data)),
         };
         serde_json::to_writer(&mut out, &line).expect("a line serializes");
         out.push(b'\n');
@@ -61,8 +55,8 @@ mod tests {
     #[test]
     fn text_stays_text_and_bytes_go_base64() {
         let records = [
-            OutRecord { data: br#"{"n":1}"#.to_vec(), partition_key: "k".into(), explicit_hash_key: None },
-            OutRecord { data: vec![0xff, 0], partition_key: "k".into(), explicit_hash_key: Some("42".into()) },
+            OutRecord { data: br#"{"n":1}"#, partition_key: "k", explicit_hash_key: None },
+            OutRecord { data: &[0xff, 0], partition_key: "k", explicit_hash_key: Some("42") },
         ];
         let text = String::from_utf8(json_lines(&records)).unwrap();
         assert_eq!(

@@ -33,11 +33,11 @@ pub struct Written {
 pub trait Target: Send + Sync {
     /// Why this target cannot take the record, if it cannot: checked when it
     /// is sent, so the processor hears of it then.
-    fn check(&self, record: &OutRecord) -> Result<(), String>;
+    fn check(&self, record: &OutRecord<'_>) -> Result<(), String>;
 
     /// Writes `records` in order, retrying until acknowledged or
     /// [`PATIENCE`] ran out (then says why).
-    fn write<'a>(&'a self, records: &'a [OutRecord]) -> WriteFuture<'a>;
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a>;
 }
 
 /// One attempt's outcome, for [`retrying`].

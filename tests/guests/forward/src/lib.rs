@@ -6,7 +6,9 @@
 //! A record `http:<url>` is not forwarded: the processor GETs the URL and
 //! logs the outcome (`http <url> <status>` or `http <url> failed: ...`).
 //! `initialize` logs the variable `greeting` when it is set. Each record is
-//! logged as `record <sequence-number> <partition-key> <data>`.
+//! logged as `record <sequence-number> <partition-key> <data>` — unless the
+//! variable `quiet` is set (the output benchmark): then records are
+//! forwarded as they came, untagged, and not logged.
 
 use kcl_guest::output::Outputs;
 use kcl_guest::{Batch, CheckpointError, Checkpointer, ProcessorError, RecordProcessor, ShardInfo};
@@ -14,6 +16,7 @@ use kcl_guest::{Batch, CheckpointError, Checkpointer, ProcessorError, RecordProc
 pub struct Forward {
     shard: String,
     target: String,
+    quiet: bool,
 }
 
 impl RecordProcessor for Forward {
@@ -22,7 +25,7 @@ impl RecordProcessor for Forward {
             kcl_guest::info!("var greeting={greeting}");
         }
         let target = kcl_guest::config::get("target").unwrap_or_else(|| "out".into());
-        Ok(Forward { shard: shard.shard_id, target })
+        Ok(Forward { shard: shard.shard_id, target, quiet: kcl_guest::config::get("quiet").is_some() })
     }
 
     fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
@@ -34,6 +37,11 @@ impl RecordProcessor for Forward {
                     Ok(response) => kcl_guest::info!("http {url} {}", response.status_code()),
                     Err(e) => kcl_guest::info!("http {url} failed: {e}"),
                 }
+                continue;
+            }
+            if self.quiet {
+                // The benchmark: the record as it came, nothing logged.
+                outputs.push(record.partition_key, record.data);
                 continue;
             }
             kcl_guest::info!("record {} {} {data}", record.sequence_number, record.partition_key);

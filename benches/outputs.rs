@@ -1,0 +1,172 @@
+//! Outputs: what the output path costs, and what writing before each
+//! checkpoint adds, against native baselines.
+//!
+//! - `call`: the `forward` guest sends every record of a batch (100-byte
+//!   records) to a target that writes nothing; records/s through the
+//!   guest→host output call, the host's checks and its queue, beside the
+//!   same batches delivered to the `noop` guest.
+//! - `kinesis`: batches of 500 records of 100 bytes through the `forward`
+//!   guest to a Kinesis output on the local server (one flush per batch,
+//!   before its checkpoint), against a native loop of PutRecords calls of
+//!   the same 500 records with the same client.
+//! - `flush`: the time a batch's call takes with its outputs written before
+//!   its checkpoint, minus the same call with nothing to write: the latency
+//!   a checkpoint gains from the flush.
+//!
+//! Run with `bash scripts/build-guests.sh && bash scripts/servers.sh start &&
+//! source .servers/env && cargo bench -p kcl-host --bench outputs`; figures
+//! go in docs/BENCHMARKS.md.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use kcl_host::output::{OutputSpec, Outputs, TargetSpec};
+use kcl_host::records::{Batch, Position, Record};
+use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInfo, ShardInstance};
+use kcl_testkit::{guest, unique, TestStream};
+
+const RECORD_BYTES: usize = 100;
+const BATCH: usize = 500;
+
+struct Discard;
+
+impl CheckpointSink for Discard {
+    fn checkpoint(&mut self, _: Position) -> CheckpointFuture<'_> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn batch(size: usize, first: usize) -> Batch {
+    let data = "x".repeat(RECORD_BYTES);
+    let keys: Vec<String> = (0..size).map(|i| format!("k{}", i % 64)).collect();
+    let seqs: Vec<String> = (0..size).map(|i| format!("49{:054}", first + i)).collect();
+    (0..size)
+        .map(|i| Record {
+            data: data.as_bytes(),
+            partition_key: &keys[i],
+            sequence_number: &seqs[i],
+            sub_sequence_number: None,
+            arrival_timestamp_ms: 0,
+            explicit_hash_key: None,
+        })
+        .collect()
+}
+
+fn runtime(vars: &[(&str, &str)]) -> Runtime {
+    let vars: BTreeMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    Runtime::new(RuntimeConfig { cache_dir: Some(kcl_testkit::test_cache_dir()), max_instances: 4, vars, ..Default::default() }).unwrap()
+}
+
+async fn instance(name: &str, vars: &[(&str, &str)], outputs: &std::sync::Arc<Outputs>) -> ShardInstance {
+    let processor = Processor::load(&runtime(vars), &guest(name)).await.unwrap();
+    let mut instance = processor.instantiate_with_outputs("shard", Box::new(Discard), Box::new(outputs.shard()), None).await.unwrap();
+    instance.initialize(&ShardInfo::new("bench", "shard")).await.unwrap();
+    instance
+}
+
+/// The next sequence number: every instance's checkpoints only move forward.
+static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// Runs `batches` batches of `size` through `instance`; the time they took.
+async fn run(instance: &mut ShardInstance, batches: usize, size: usize) -> Duration {
+    let started = Instant::now();
+    for _ in 0..batches {
+        let first = NEXT.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+        let mut batch = batch(size, first);
+        instance.process_records(&mut batch).await.unwrap();
+    }
+    started.elapsed()
+}
+
+fn discarding(name: &str) -> std::sync::Arc<Outputs> {
+    Outputs::discarding(&[OutputSpec { name: name.into(), target: TargetSpec::Stdout }])
+}
+
+async fn call() {
+    const SIZE: usize = 10_000;
+    const BATCHES: usize = 30;
+    let mut forward = instance("forward", &[("quiet", "1")], &discarding("out")).await;
+    let mut noop = instance("noop", &[], &discarding("out")).await;
+    run(&mut forward, 3, SIZE).await;
+    run(&mut noop, 3, SIZE).await;
+    let (with, without) = (run(&mut forward, BATCHES, SIZE).await, run(&mut noop, BATCHES, SIZE).await);
+    let records = (BATCHES * SIZE) as f64;
+    let output_path = with.saturating_sub(without);
+    println!(
+        "call: forward to a null target {:.2} M records/s; noop (delivery alone) {:.2} M records/s; \
+         the output path alone {:.2} M records/s ({:.0} ns a record)",
+        records / with.as_secs_f64() / 1e6,
+        records / without.as_secs_f64() / 1e6,
+        records / output_path.as_secs_f64() / 1e6,
+        output_path.as_nanos() as f64 / records
+    );
+}
+
+async fn kinesis() {
+    const BATCHES: usize = 10;
+    let aws = kcl_testkit::clients().await;
+    // One stream each, growing alike: the local server slows as a stream grows.
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-host"), 4).await;
+    let native_stream = TestStream::create(&aws.kinesis, &unique("bench-native"), 4).await;
+    let spec = OutputSpec { name: "out".into(), target: TargetSpec::Kinesis(stream.name.clone()) };
+    let outputs = Outputs::connect(&[spec], &aws, 64 << 20, None).await.unwrap();
+    let mut forward = instance("forward", &[("quiet", "1")], &outputs).await;
+    let mut nothing = instance("forward", &[("quiet", "1"), ("target", "none")], &discarding("none")).await;
+    // Native: the same records, 500 a call, one call after the other.
+    let native = || async {
+        let started = Instant::now();
+        for b in 0..BATCHES {
+            let entries: Vec<PutRecordsRequestEntry> = (0..BATCH)
+                .map(|i| {
+                    let data = "x".repeat(RECORD_BYTES);
+                    PutRecordsRequestEntry::builder().data(Blob::new(data)).partition_key(format!("k{}", i % 64)).build().unwrap()
+                })
+                .collect();
+            let out = aws.kinesis.put_records().stream_name(&native_stream.name).set_records(Some(entries)).send().await.unwrap();
+            assert_eq!(out.failed_record_count(), Some(0));
+        }
+        started.elapsed()
+    };
+    let mut rounds = Vec::new();
+    for round in 0..4 {
+        // Alternate which goes first.
+        let (host, baseline) = if round % 2 == 0 {
+            let host = run(&mut forward, BATCHES, BATCH).await;
+            (host, native().await)
+        } else {
+            let baseline = native().await;
+            (run(&mut forward, BATCHES, BATCH).await, baseline)
+        };
+        let without = run(&mut nothing, BATCHES, BATCH).await;
+        rounds.push((host, baseline, without));
+    }
+    let records = (BATCHES * BATCH) as f64;
+    for (host, baseline, without) in &rounds {
+        println!(
+            "kinesis: through the host {:.0} records/s, native PutRecords {:.0} records/s ({:.2}x); \
+             flush per checkpoint {:.1} ms (batch call {:.1} ms with outputs, {:.2} ms without)",
+            records / host.as_secs_f64(),
+            records / baseline.as_secs_f64(),
+            baseline.as_secs_f64() / host.as_secs_f64(),
+            host.saturating_sub(*without).as_secs_f64() * 1e3 / BATCHES as f64,
+            host.as_secs_f64() * 1e3 / BATCHES as f64,
+            without.as_secs_f64() * 1e3 / BATCHES as f64,
+        );
+    }
+}
+
+fn main() {
+    let which: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let wants = |name: &str| which.is_empty() || which.iter().any(|w| w == name);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        if wants("call") {
+            call().await;
+        }
+        if wants("kinesis") || wants("flush") {
+            kinesis().await;
+        }
+    });
+}
