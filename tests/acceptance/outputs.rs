@@ -130,12 +130,14 @@ async fn a_failing_target_holds_the_checkpoint_back_and_nothing_is_lost_when_it_
     let input = TestStream::create(&aws.kinesis, &input, 2).await;
     let sink = HttpSink::start().await;
     let target = format!("out=http://{}/ingest", sink.address());
-    let mut worker = start_with("forward", &input.name, &application, "w1", &["--output", &target]);
+    let admin = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let mut worker = start_with("forward", &input.name, &application, "w1", &["--output", &target, "--admin-listen", &admin]);
     let shards: Vec<String> = input.shards().await.into_iter().map(|s| s.id).collect();
     let first = one_each(&input, &shards, "before").await;
     worker.wait_for("the first records forwarded", LIMIT, |log| processed(log, &first)).await;
+    until("both shards checkpointed", || async { checkpoints(&aws, &application).await.len() == 2 }).await;
     let cps_before = checkpoints(&aws, &application).await;
-    assert_eq!(cps_before.len(), 2, "both shards checkpointed after their outputs were posted");
+    assert_eq!(sink.lines().len(), 2, "their outputs were posted first");
 
     // Down: the endpoint goes silent (a black hole), then answers 503.
     sink.set_mode(Mode::Silent);
@@ -145,6 +147,9 @@ async fn a_failing_target_holds_the_checkpoint_back_and_nothing_is_lost_when_it_
     sink.set_mode(Mode::Fail);
     worker.wait_for("another failed flush", LIMIT, |log| log.iter().any(|l| l.contains("503"))).await;
     assert_eq!(checkpoints(&aws, &application).await, cps_before, "no checkpoint moved while the target was down");
+    let (_, metrics) = http_get(&admin, "/metrics").await;
+    assert!(series(&metrics, "kcl_host_output_failures_total", None).is_some_and(|n| n >= 1.0), "{metrics}");
+    assert_eq!(series(&metrics, "kcl_host_output_records_total", None), Some(2.0), "only the first two were written");
 
     sink.set_mode(Mode::Ok);
     let outs = || forwarded(&sink.lines().iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["data"].as_str().unwrap().to_owned()).collect::<Vec<_>>());
@@ -155,6 +160,9 @@ async fn a_failing_target_holds_the_checkpoint_back_and_nothing_is_lost_when_it_
     let cps_after = checkpoints(&aws, &application).await;
     assert!(behind_checkpoint(&ins, &cps_after, &outs()).is_empty());
     assert!(worker.log().await.iter().any(|l| l.contains(&during[0])), "the outage's records were processed");
+    let (_, metrics) = http_get(&admin, "/metrics").await;
+    assert!(series(&metrics, "kcl_host_output_records_total", None).is_some_and(|n| n >= 4.0), "{metrics}");
+    assert!(series(&metrics, "kcl_host_output_retries_total", None).is_some_and(|n| n >= 1.0), "{metrics}");
     let (status, log) = worker.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
 }
