@@ -117,7 +117,7 @@ async fn kinesis() {
     // Native: the same records, 500 a call, one call after the other.
     let native = || async {
         let started = Instant::now();
-        for b in 0..BATCHES {
+        for _ in 0..BATCHES {
             let entries: Vec<PutRecordsRequestEntry> = (0..BATCH)
                 .map(|i| {
                     let data = "x".repeat(RECORD_BYTES);

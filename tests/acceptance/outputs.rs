@@ -57,6 +57,15 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl
     }
 }
 
+/// Waits until every one of `inputs` has its output in `output`.
+async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream) {
+    until("every input's output", || async {
+        let outs = forwarded(&data(&output.read_all().await));
+        inputs.iter().all(|r| outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
+    })
+    .await;
+}
+
 fn data(records: &[StreamRecord]) -> Vec<String> {
     records.iter().map(|r| r.data.clone()).collect()
 }
@@ -95,11 +104,7 @@ async fn outputs_survive_kill_9_and_no_checkpoint_is_ever_ahead_of_them() {
     let produced = producer.stop().await;
     let ins = input.read_all().await;
     assert_eq!(ins.len(), produced.len());
-    until("every input's output", || async {
-        let outs = forwarded(&data(&output.read_all().await));
-        ins.iter().all(|r| outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
-    })
-    .await;
+    all_forwarded(&ins, &output).await;
     let outputs = data(&output.read_all().await);
     let outs = forwarded(&outputs);
     for r in &ins {
@@ -294,11 +299,7 @@ async fn a_swap_while_outputs_are_in_flight_loses_none_of_them() {
     let produced = producer.stop().await;
     let ins = input.read_all().await;
     assert_eq!(ins.len(), produced.len());
-    until("every input's output", || async {
-        let outs = forwarded(&data(&output.read_all().await));
-        ins.iter().all(|r| outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
-    })
-    .await;
+    all_forwarded(&ins, &output).await;
     let outs = forwarded(&data(&output.read_all().await));
     assert!(behind_checkpoint(&ins, &checkpoints(&aws, &application).await, &outs).is_empty());
     let (status, log) = worker.interrupt().await;

@@ -96,7 +96,7 @@ impl Outputs {
 
     /// Sends every gathered record to `target`, in order, and starts over.
     pub fn send(&mut self, target: &str) -> Result<(), OutputError> {
-        let columns = std::mem::replace(self, Outputs::new()).columns;
+        let columns = std::mem::take(self).columns;
         wit::send(target, &columns).map_err(|e| match e {
             wit::SendError::UnknownTarget(m) => OutputError::UnknownTarget(m),
             wit::SendError::Invalid(m) => OutputError::Invalid(m),
