@@ -13,9 +13,11 @@ source .servers/env
 # takes seconds for the Go ones), so no test waits on a compile.
 cargo build --quiet -p kcl-host
 target=${CARGO_TARGET_DIR:-$root/target}
+# Only the compile matters here: a guest that needs an output or a variable
+# fails its replay once compiled.
 for wasm in examples/build/*.wasm; do
   "$target/debug/kcl-host" replay "$wasm" --input host/templates/records.jsonl \
-    --cache-dir "${TMPDIR:-/tmp}/kcl-host-test-cache" >/dev/null 2>&1
+    --cache-dir "${TMPDIR:-/tmp}/kcl-host-test-cache" >/dev/null 2>&1 || true
 done
 log=$(mktemp)
 status=0
