@@ -28,9 +28,9 @@ impl Target for Lines {
 
     fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
         Box::pin(async move {
-            let lines = json_lines(records);
             match self {
                 Lines::Stdout { name } => {
+                    let lines = json_lines(records);
                     let mut out = std::io::stdout().lock();
                     for line in lines.split_inclusive(|b| *b == b'\n') {
                         out.write_all(name.as_bytes()).and_then(|()| out.write_all(b" ")).and_then(|()| out.write_all(line)).map_err(|e| format!("stdout: {e}"))?;
@@ -38,6 +38,7 @@ impl Target for Lines {
                     out.flush().map_err(|e| format!("stdout: {e}"))?;
                 }
                 Lines::File(path) => {
+                    let lines = json_lines(records);
                     let mut file = std::fs::OpenOptions::new()
                         .create(true)
                         .append(true)

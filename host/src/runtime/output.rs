@@ -61,17 +61,20 @@ impl OutputRecords {
     }
 
     /// Record `i`: (data, partition key, explicit hash key), or why the
-    /// columns do not describe one.
+    /// columns do not describe one. Cutting a string column only checks
+    /// that the cut falls on character boundaries (the column is UTF-8 already).
     pub fn get(&self, i: usize) -> Result<(&[u8], &str, Option<&str>), String> {
-        let data = cut(&self.data, &self.data_ends, i).ok_or_else(|| format!("record {i}: `data-ends` is out of order or past `data`"))?;
-        let key = cut(self.partition_keys.as_bytes(), &self.partition_key_ends, i)
-            .and_then(|key| std::str::from_utf8(key).ok())
+        let data = range(&self.data_ends, i)
+            .and_then(|r| self.data.get(r))
+            .ok_or_else(|| format!("record {i}: `data-ends` is out of order or past `data`"))?;
+        let key = range(&self.partition_key_ends, i)
+            .and_then(|r| self.partition_keys.get(r))
             .ok_or_else(|| format!("record {i}: `partition-key-ends` does not cut `partition-keys` there (a column shorter than `data-ends`?)"))?;
         let hash_key = if self.explicit_hash_key_ends.is_empty() {
             None
         } else {
-            let cut = cut(self.explicit_hash_keys.as_bytes(), &self.explicit_hash_key_ends, i)
-                .and_then(|key| std::str::from_utf8(key).ok())
+            let cut = range(&self.explicit_hash_key_ends, i)
+                .and_then(|r| self.explicit_hash_keys.get(r))
                 .ok_or_else(|| format!("record {i}: `explicit-hash-key-ends` does not cut `explicit-hash-keys` there"))?;
             (!cut.is_empty()).then_some(cut)
         };
@@ -79,8 +82,9 @@ impl OutputRecords {
     }
 }
 
-/// `column[ends[i-1]..ends[i]]`, when the ends allow it.
-fn cut<'a>(column: &'a [u8], ends: &[u32], i: usize) -> Option<&'a [u8]> {
+/// `ends[i-1]..ends[i]` (from 0 for the first), when the ends allow it.
+fn range(ends: &[u32], i: usize) -> Option<std::ops::Range<usize>> {
     let start = if i == 0 { 0 } else { *ends.get(i - 1)? as usize };
-    column.get(start..*ends.get(i)? as usize)
+    let end = *ends.get(i)? as usize;
+    (start <= end).then_some(start..end)
 }
