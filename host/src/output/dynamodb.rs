@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use aws_sdk_dynamodb::Client;
 
 use super::record::OutRecord;
-use super::target::{retrying, Attempt, Target, WriteFuture, Written};
+use super::target::{retrying, Attempt, Retries, Target, WriteFuture};
 use crate::aws::{AwsError, Service};
 
 /// Most items one BatchWriteItem call takes.
@@ -81,10 +81,9 @@ impl Target for DynamoDbTarget {
         }
     }
 
-    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>], retries: &'a Retries) -> WriteFuture<'a> {
         Box::pin(async move {
             let target = format!("dynamodb:{}", self.table);
-            let mut written = Written::default();
             // Calls of at most MAX_ITEMS, none with two items of one key.
             let mut calls: Vec<(Vec<WriteRequest>, HashSet<String>)> = Vec::new();
             for record in records {
@@ -100,15 +99,15 @@ impl Target for DynamoDbTarget {
             }
             for (mut requests, _) in calls {
                 while !requests.is_empty() {
-                    let (unprocessed, retries) = retrying(&target, || self.put(&requests)).await?;
-                    written.retries += retries + unprocessed.len() as u64;
+                    let unprocessed = retrying(&target, retries, || self.put(&requests)).await?;
+                    retries.fetch_add(unprocessed.len() as u64, std::sync::atomic::Ordering::Relaxed);
                     if !unprocessed.is_empty() {
                         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     }
                     requests = unprocessed;
                 }
             }
-            Ok(written)
+            Ok(())
         })
     }
 }

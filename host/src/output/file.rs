@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::record::{json_lines, OutRecord};
-use super::target::{Target, WriteFuture, Written};
+use super::target::{Retries, Target, WriteFuture};
 
 /// Where the lines go.
 pub enum Lines {
@@ -26,7 +26,7 @@ impl Target for Lines {
         Ok(())
     }
 
-    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>], _: &'a Retries) -> WriteFuture<'a> {
         Box::pin(async move {
             match self {
                 Lines::Stdout { name } => {
@@ -48,7 +48,7 @@ impl Target for Lines {
                 }
                 Lines::Discard => {}
             }
-            Ok(Written::default())
+            Ok(())
         })
     }
 }

@@ -4,7 +4,7 @@
 //! status fails the flush, naming it.
 
 use super::record::{json_lines, OutRecord};
-use super::target::{retrying, Attempt, Target, WriteFuture, Written, ATTEMPT_TIMEOUT};
+use super::target::{retrying, Attempt, Retries, Target, WriteFuture, ATTEMPT_TIMEOUT};
 
 /// Most records one request carries.
 const MAX_RECORDS: usize = 500;
@@ -40,15 +40,13 @@ impl Target for HttpTarget {
         Ok(())
     }
 
-    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>], retries: &'a Retries) -> WriteFuture<'a> {
         Box::pin(async move {
-            let mut written = Written::default();
             for chunk in records.chunks(MAX_RECORDS) {
                 let body = json_lines(chunk);
-                let ((), retries) = retrying(&self.url, || self.post(&body)).await?;
-                written.retries += retries;
+                retrying(&self.url, retries, || self.post(&body)).await?;
             }
-            Ok(written)
+            Ok(())
         })
     }
 }

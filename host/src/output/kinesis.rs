@@ -14,7 +14,7 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_kinesis::Client;
 
 use super::record::OutRecord;
-use super::target::{retrying, Attempt, Target, WriteFuture, Written};
+use super::target::{retrying, Attempt, Retries, Target, WriteFuture};
 use crate::aws::{AwsError, Service};
 
 /// Most records one PutRecords call takes.
@@ -101,26 +101,24 @@ impl Target for KinesisTarget {
         Ok(())
     }
 
-    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a> {
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>], retries: &'a Retries) -> WriteFuture<'a> {
         Box::pin(async move {
             let mut pending: Vec<usize> = (0..records.len()).collect();
-            let mut written = Written::default();
             let target = format!("kinesis:{}", self.stream);
             while !pending.is_empty() {
                 let call = next_call(records, &pending);
-                let (failed, retries) = retrying(&target, || self.put(records, &pending[..call])).await?;
-                written.retries += retries;
+                let failed = retrying(&target, retries, || self.put(records, &pending[..call])).await?;
                 if failed.is_empty() {
                     pending.drain(..call);
                     continue;
                 }
                 pending = after_partial_failure(records, &pending[..call], &failed, &pending[call..]);
-                written.retries += failed.len() as u64;
+                retries.fetch_add(failed.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 let wait = std::time::Duration::from_millis(100);
                 tracing::debug!("{target}: {} of {call} entries failed; sending them (and what follows them per key) again in {wait:?}", failed.len());
                 tokio::time::sleep(wait).await;
             }
-            Ok(written)
+            Ok(())
         })
     }
 }

@@ -48,16 +48,17 @@ impl Declared {
     /// Writes `records`, noting the outcome.
     async fn write(&self, records: &[OutRecord<'_>]) -> Result<(), String> {
         let started = Instant::now();
-        let result = self.target.write(records).await;
+        let retries = target::Retries::new(0);
+        let result = self.target.write(records, &retries).await;
         let bytes = records.iter().map(|r| r.data.len()).sum();
-        let retries = result.as_ref().map_or(0, |w| w.retries);
+        let retries = retries.into_inner();
         if let Some(metrics) = &self.metrics {
             metrics.output_written(&self.name, records.len(), bytes, retries, result.is_ok(), started.elapsed());
         }
         if result.is_ok() {
             self.written.fetch_add(records.len() as u64, Ordering::Relaxed);
         }
-        result.map(drop).map_err(|e| format!("output `{}`: {e}", self.name))
+        result.map_err(|e| format!("output `{}`: {e}", self.name))
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,14 +21,11 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 
 /// The future a [`Target`] returns.
-pub type WriteFuture<'a> = Pin<Box<dyn Future<Output = Result<Written, String>> + Send + 'a>>;
+pub type WriteFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
 
-/// How a write went.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Written {
-    /// Requests sent again, or records sent again after a partial failure.
-    pub retries: u64,
-}
+/// Requests sent again, or records sent again after a partial failure,
+/// counted as they happen (a write that fails in the end counts them too).
+pub type Retries = AtomicU64;
 
 /// A place outputs are written.
 pub trait Target: Send + Sync {
@@ -36,8 +34,8 @@ pub trait Target: Send + Sync {
     fn check(&self, record: &OutRecord<'_>) -> Result<(), String>;
 
     /// Writes `records` in order, retrying until acknowledged or
-    /// [`PATIENCE`] ran out (then says why).
-    fn write<'a>(&'a self, records: &'a [OutRecord<'a>]) -> WriteFuture<'a>;
+    /// [`PATIENCE`] ran out (then says why); counts what it sends again in `retries`.
+    fn write<'a>(&'a self, records: &'a [OutRecord<'a>], retries: &'a Retries) -> WriteFuture<'a>;
 }
 
 /// One attempt's outcome, for [`retrying`].
@@ -52,13 +50,12 @@ pub enum Attempt<T> {
 
 /// Runs `attempt` until it is done, backing off between tries, each try at
 /// most [`ATTEMPT_TIMEOUT`], for at most [`PATIENCE`]; counts the retries.
-pub async fn retrying<T, F: Future<Output = Attempt<T>>>(target: &str, mut attempt: impl FnMut() -> F) -> Result<(T, u64), String> {
+pub async fn retrying<T, F: Future<Output = Attempt<T>>>(target: &str, retries: &Retries, mut attempt: impl FnMut() -> F) -> Result<T, String> {
     let deadline = Instant::now() + PATIENCE;
     let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
-    let mut retries = 0;
     loop {
         let error = match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt()).await {
-            Ok(Attempt::Done(value)) => return Ok((value, retries)),
+            Ok(Attempt::Done(value)) => return Ok(value),
             Ok(Attempt::Fail(error)) => return Err(format!("{target}: {error}")),
             Ok(Attempt::Again(error)) => error,
             Err(_) => format!("no answer within {ATTEMPT_TIMEOUT:?}"),
@@ -69,6 +66,6 @@ pub async fn retrying<T, F: Future<Output = Attempt<T>>>(target: &str, mut attem
         }
         tracing::debug!("{target}: {error}; trying again in {wait:?}");
         tokio::time::sleep(wait).await;
-        retries += 1;
+        retries.fetch_add(1, Ordering::Relaxed);
     }
 }
