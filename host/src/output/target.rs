@@ -13,10 +13,14 @@ use super::record::OutRecord;
 use crate::backoff::Backoff;
 
 /// How long one flush keeps retrying a target before it fails the flush
-/// (the batch is then delivered again, and the flush tried again).
-pub const PATIENCE: Duration = Duration::from_secs(10);
-/// Longest one request to a target may take.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// (the batch is then delivered again, and the flush tried again). Shorter
+/// than the default call deadline (30 s): a flush inside a `checkpoint()`
+/// runs within the processor's call.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+/// Longest one request to a target may take: long enough for a slow but
+/// working target (a request given up may still have written, and its
+/// records are written again).
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// First and longest wait between two tries.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 
@@ -53,6 +57,7 @@ pub enum Attempt<T> {
 pub async fn retrying<T, F: Future<Output = Attempt<T>>>(target: &str, retries: &Retries, mut attempt: impl FnMut() -> F) -> Result<T, String> {
     let deadline = Instant::now() + PATIENCE;
     let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
+    let mut retried = 0;
     loop {
         let error = match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt()).await {
             Ok(Attempt::Done(value)) => return Ok(value),
@@ -64,7 +69,13 @@ pub async fn retrying<T, F: Future<Output = Attempt<T>>>(target: &str, retries: 
         if Instant::now() + wait >= deadline {
             return Err(format!("{target}: {error} (still failing after {PATIENCE:?} of retries)"));
         }
-        tracing::debug!("{target}: {error}; trying again in {wait:?}");
+        // The first retry of a write says why at once; the rest only at the end.
+        if retried == 0 {
+            tracing::warn!("output {target}: {error}; trying again (for up to {PATIENCE:?}; the shard's checkpoint waits)");
+        } else {
+            tracing::debug!("{target}: {error}; trying again in {wait:?}");
+        }
+        retried += 1;
         tokio::time::sleep(wait).await;
         retries.fetch_add(1, Ordering::Relaxed);
     }
