@@ -71,7 +71,14 @@ async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream) {
         if done > seen {
             (seen, deadline) = (done, tokio::time::Instant::now() + LIMIT);
         }
-        assert!(tokio::time::Instant::now() < deadline, "{done} of {} inputs reached the output stream; no more for {LIMIT:?}", inputs.len());
+        if tokio::time::Instant::now() >= deadline {
+            let missing: Vec<String> = inputs
+                .iter()
+                .filter(|r| !outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
+                .map(|r| format!("{} {} {}", r.shard, r.sequence_number, r.data))
+                .collect();
+            panic!("{done} of {} inputs reached the output stream; no more for {LIMIT:?}; missing: {missing:#?}", inputs.len());
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -88,12 +95,12 @@ async fn outputs_survive_kill_9_and_no_checkpoint_is_ever_ahead_of_them() {
     let output = TestStream::create(&aws.kinesis, &output, 2).await;
     let target = format!("out=kinesis:{}", output.name);
     let flags = ["--failover-time", "4s", "--output", &target];
-    // Every output write takes 600 ms: a checkpoint written before its
+    // Every output write takes 400 ms: a checkpoint written before its
     // outputs would be seen ahead of them, and lose them at a kill.
     let proxy = FaultProxy::start(&super::faults::upstream("KINESIS")).await;
-    proxy.set(vec![Rule::every(Some("PutRecords"), Fault::Delay(Duration::from_millis(600)))]);
+    proxy.set(vec![Rule::every(Some("PutRecords"), Fault::Delay(Duration::from_millis(400)))]);
     let start = |worker: &str| super::faults::start_through(&proxy, "KINESIS", "forward", &input.name, &application, worker, &flags);
-    let producer = Producer::start(&input, "o", Duration::from_millis(100)).await;
+    let producer = Producer::start(&input, "o", Duration::from_millis(150)).await;
     let first = start("w1");
     // Duplicates may only follow these: the checkpoints just before each kill.
     let mut at_kills: Vec<BTreeMap<String, String>> = Vec::new();
@@ -114,7 +121,16 @@ async fn outputs_survive_kill_9_and_no_checkpoint_is_ever_ahead_of_them() {
     let produced = producer.stop().await;
     let ins = input.read_all().await;
     assert_eq!(ins.len(), produced.len());
-    all_forwarded(&ins, &output).await;
+    let drained = tokio::spawn({
+        let (ins, output) = (ins.clone(), TestStream { name: output.name.clone(), kinesis: output.kinesis.clone() });
+        async move { all_forwarded(&ins, &output).await }
+    });
+    if let Err(e) = drained.await {
+        let cps = checkpoints(&aws, &application).await;
+        let log = first.log().await;
+        let tail: Vec<&String> = log.iter().filter(|l| !l.contains("kcl_host::guest")).rev().take(60).collect();
+        panic!("{e}\ncheckpoints now: {cps:#?}\nw1's last lines: {tail:#?}");
+    }
     let outputs = data(&output.read_all().await);
     let outs = forwarded(&outputs);
     for r in &ins {
@@ -309,7 +325,16 @@ async fn a_swap_while_outputs_are_in_flight_loses_none_of_them() {
     let produced = producer.stop().await;
     let ins = input.read_all().await;
     assert_eq!(ins.len(), produced.len());
-    all_forwarded(&ins, &output).await;
+    let drained = tokio::spawn({
+        let (ins, output) = (ins.clone(), TestStream { name: output.name.clone(), kinesis: output.kinesis.clone() });
+        async move { all_forwarded(&ins, &output).await }
+    });
+    if let Err(e) = drained.await {
+        let cps = checkpoints(&aws, &application).await;
+        let log = worker.log().await;
+        let tail: Vec<&String> = log.iter().filter(|l| !l.contains("kcl_host::guest")).rev().take(60).collect();
+        panic!("{e}\ncheckpoints now: {cps:#?}\nw1's last lines: {tail:#?}");
+    }
     let outs = forwarded(&data(&output.read_all().await));
     assert!(behind_checkpoint(&ins, &checkpoints(&aws, &application).await, &outs).is_empty());
     let (status, log) = worker.interrupt().await;

@@ -14,7 +14,8 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_kinesis::Client;
 
 use super::record::OutRecord;
-use super::target::{retrying, Attempt, Retries, Target, WriteFuture};
+use super::target::{retrying, Attempt, Retries, Target, WriteFuture, PATIENCE};
+use crate::backoff::Backoff;
 use crate::aws::{AwsError, Service};
 
 /// Most records one PutRecords call takes.
@@ -105,16 +106,24 @@ impl Target for KinesisTarget {
         Box::pin(async move {
             let mut pending: Vec<usize> = (0..records.len()).collect();
             let target = format!("kinesis:{}", self.stream);
+            // Partial failures (throttled entries) are retried with a backoff,
+            // within the same patience as a failing call.
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            let mut backoff = Backoff::new(std::time::Duration::from_millis(100), std::time::Duration::from_secs(2));
             while !pending.is_empty() {
                 let call = next_call(records, &pending);
                 let failed = retrying(&target, retries, || self.put(records, &pending[..call])).await?;
                 if failed.is_empty() {
                     pending.drain(..call);
+                    backoff.reset();
                     continue;
                 }
                 pending = after_partial_failure(records, &pending[..call], &failed, &pending[call..]);
                 retries.fetch_add(failed.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                let wait = std::time::Duration::from_millis(100);
+                let wait = backoff.next_wait();
+                if tokio::time::Instant::now() + wait >= deadline {
+                    return Err(format!("{target}: {} of {call} entries still refused after {PATIENCE:?} (throttled?)", failed.len()));
+                }
                 tracing::debug!("{target}: {} of {call} entries failed; sending them (and what follows them per key) again in {wait:?}", failed.len());
                 tokio::time::sleep(wait).await;
             }
