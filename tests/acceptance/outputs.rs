@@ -58,9 +58,11 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl
 }
 
 /// Waits until every one of `inputs` has its output in `output`: up to
-/// [`LIMIT`] without progress (a loaded machine drains a backlog slowly).
+/// twice [`LIMIT`] without progress (a loaded machine drains a backlog
+/// slowly, and a batch whose flush failed waits up to 30 s for its retry).
 async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream) {
-    let mut deadline = tokio::time::Instant::now() + LIMIT;
+    const QUIET: Duration = Duration::from_secs(2 * LIMIT.as_secs());
+    let mut deadline = tokio::time::Instant::now() + QUIET;
     let mut seen = 0;
     loop {
         let outs = forwarded(&data(&output.read_all().await));
@@ -69,7 +71,7 @@ async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream) {
             return;
         }
         if done > seen {
-            (seen, deadline) = (done, tokio::time::Instant::now() + LIMIT);
+            (seen, deadline) = (done, tokio::time::Instant::now() + QUIET);
         }
         if tokio::time::Instant::now() >= deadline {
             let missing: Vec<String> = inputs
@@ -77,7 +79,7 @@ async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream) {
                 .filter(|r| !outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
                 .map(|r| format!("{} {} {}", r.shard, r.sequence_number, r.data))
                 .collect();
-            panic!("{done} of {} inputs reached the output stream; no more for {LIMIT:?}; missing: {missing:#?}", inputs.len());
+            panic!("{done} of {} inputs reached the output stream; no more for {QUIET:?}; missing: {missing:#?}", inputs.len());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
