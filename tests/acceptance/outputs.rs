@@ -60,26 +60,34 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl
 /// Waits until every one of `inputs` has its output in `output`: up to
 /// twice [`LIMIT`] without progress (a loaded machine drains a backlog
 /// slowly, and a batch whose flush failed waits up to 30 s for its retry).
-async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream) {
+/// A stall panics with what is missing, the checkpoints and `host`'s log.
+async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream, aws: &AwsClients, application: &str, host: &KclHost) {
     const QUIET: Duration = Duration::from_secs(2 * LIMIT.as_secs());
     let mut deadline = tokio::time::Instant::now() + QUIET;
     let mut seen = 0;
     loop {
         let outs = forwarded(&data(&output.read_all().await));
-        let done = inputs.iter().filter(|r| outs.contains_key(&(r.shard.clone(), r.sequence_number.clone()))).count();
-        if done == inputs.len() {
+        let missing: Vec<String> = inputs
+            .iter()
+            .filter(|r| !outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
+            .map(|r| format!("{} {} {}", r.shard, r.sequence_number, r.data))
+            .collect();
+        if missing.is_empty() {
             return;
         }
+        let done = inputs.len() - missing.len();
         if done > seen {
             (seen, deadline) = (done, tokio::time::Instant::now() + QUIET);
         }
         if tokio::time::Instant::now() >= deadline {
-            let missing: Vec<String> = inputs
-                .iter()
-                .filter(|r| !outs.contains_key(&(r.shard.clone(), r.sequence_number.clone())))
-                .map(|r| format!("{} {} {}", r.shard, r.sequence_number, r.data))
-                .collect();
-            panic!("{done} of {} inputs reached the output stream; no more for {QUIET:?}; missing: {missing:#?}", inputs.len());
+            let cps = checkpoints(aws, application).await;
+            let log = host.log().await;
+            let tail: Vec<&String> = log.iter().filter(|l| !l.contains("kcl_host::guest")).rev().take(60).collect();
+            panic!(
+                "{done} of {} inputs reached the output stream; no more for {QUIET:?}; missing: {missing:#?}\n\
+                 checkpoints now: {cps:#?}\nthe worker's last lines: {tail:#?}",
+                inputs.len()
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -123,16 +131,7 @@ async fn outputs_survive_kill_9_and_no_checkpoint_is_ever_ahead_of_them() {
     let produced = producer.stop().await;
     let ins = input.read_all().await;
     assert_eq!(ins.len(), produced.len());
-    let drained = tokio::spawn({
-        let (ins, output) = (ins.clone(), TestStream { name: output.name.clone(), kinesis: output.kinesis.clone() });
-        async move { all_forwarded(&ins, &output).await }
-    });
-    if let Err(e) = drained.await {
-        let cps = checkpoints(&aws, &application).await;
-        let log = first.log().await;
-        let tail: Vec<&String> = log.iter().filter(|l| !l.contains("kcl_host::guest")).rev().take(60).collect();
-        panic!("{e}\ncheckpoints now: {cps:#?}\nw1's last lines: {tail:#?}");
-    }
+    all_forwarded(&ins, &output, &aws, &application, &first).await;
     let outputs = data(&output.read_all().await);
     let outs = forwarded(&outputs);
     for r in &ins {
@@ -327,16 +326,7 @@ async fn a_swap_while_outputs_are_in_flight_loses_none_of_them() {
     let produced = producer.stop().await;
     let ins = input.read_all().await;
     assert_eq!(ins.len(), produced.len());
-    let drained = tokio::spawn({
-        let (ins, output) = (ins.clone(), TestStream { name: output.name.clone(), kinesis: output.kinesis.clone() });
-        async move { all_forwarded(&ins, &output).await }
-    });
-    if let Err(e) = drained.await {
-        let cps = checkpoints(&aws, &application).await;
-        let log = worker.log().await;
-        let tail: Vec<&String> = log.iter().filter(|l| !l.contains("kcl_host::guest")).rev().take(60).collect();
-        panic!("{e}\ncheckpoints now: {cps:#?}\nw1's last lines: {tail:#?}");
-    }
+    all_forwarded(&ins, &output, &aws, &application, &worker).await;
     let outs = forwarded(&data(&output.read_all().await));
     assert!(behind_checkpoint(&ins, &checkpoints(&aws, &application).await, &outs).is_empty());
     let (status, log) = worker.interrupt().await;
