@@ -89,7 +89,7 @@ impl<S: LeaseStore> Coordinator<S> {
             self.tracker.observe_leases(&scan.leases, now);
             self.leases = scan.leases.clone();
             let leases = self.without_unreadable_parents(scan);
-            let held: HashSet<String> = lock(&self.held).keys().cloned().collect();
+            let held = self.held_keys();
             let mut rng = self.rng.fork();
             let plan = rules::plan_take(&leases, &self.view(&held, now), &self.settings, &mut rng);
             let short = plan.short;
@@ -136,9 +136,18 @@ impl<S: LeaseStore> Coordinator<S> {
         View { me: &self.worker_id, held, releasing: &self.releasing, fleet: &self.fleet, tracker: &self.tracker, now }
     }
 
+    /// The keys of the held leases. A lease on its way back that was lost
+    /// meanwhile (its consumer ended, or a renewal found it taken) is no
+    /// longer on its way back: the rules may take that shard again.
+    fn held_keys(&mut self) -> HashSet<String> {
+        let held: HashSet<String> = lock(&self.held).keys().cloned().collect();
+        self.releasing.retain(|key| held.contains(key));
+        held
+    }
+
     /// Picks the held leases to give back, and marks them as on their way.
     fn plan_release(&mut self, leases: &[Lease]) -> Vec<String> {
-        let held: HashSet<String> = lock(&self.held).keys().cloned().collect();
+        let held = self.held_keys();
         let count = rules::plan_release(leases, &self.view(&held, Instant::now()), &self.settings);
         let mut candidates: Vec<String> = held.difference(&self.releasing).cloned().collect();
         candidates.sort();
@@ -287,6 +296,30 @@ mod tests {
         a.consumer_ended(&first);
         assert!(a.take_pass().await.unwrap().taken.is_empty(), "still held by the new take");
         assert!(again[0].is_valid());
+    }
+
+    #[tokio::test]
+    async fn a_lease_lost_while_it_was_being_given_back_is_taken_again() {
+        let store = Arc::new(MemoryStore::default());
+        for i in 0..4 {
+            store.create(&Lease::new(format!("s{i}"), Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        }
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let taken = a.take_pass().await.unwrap().taken;
+        a.set_fleet(Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: BTreeSet::new() });
+        let release = a.take_pass().await.unwrap().release;
+        assert_eq!(release.len(), 2);
+        // Before its consumer stops, another worker takes one of them; the
+        // consumer ends with the lease lost, not stopped (so no evict).
+        let lost = taken.iter().find(|h| h.key() == release[0]).unwrap();
+        store.take(&store.get(lost.key()).unwrap(), "b").await.unwrap().unwrap();
+        a.consumer_ended(lost);
+        a.evict(&release[1]).await.unwrap();
+        // That worker dies: its lease expires into this worker's hands again.
+        a.set_fleet(Fleet { live: ["a".to_owned()].into(), dead: ["b".to_owned()].into() });
+        let again: Vec<String> = a.take_pass().await.unwrap().taken.iter().map(|h| h.key().to_owned()).collect();
+        assert_eq!(again.len(), 2, "both given-back shards are taken again, {:?} among them: {again:?}", release[0]);
+        assert!(again.contains(&release[0]));
     }
 
     #[tokio::test]
