@@ -107,7 +107,8 @@ func (r ShutdownReason) String() string {
 //
 // An error returned from a method is fatal (the host restarts the shard
 // from its last checkpoint, after a backoff) unless wrapped with Retryable
-// (the host delivers the same batch again).
+// (the host delivers the same batch again) or FailedAt (the records before
+// the failed one are done; the batch comes again from it).
 type RecordProcessor interface {
 	Initialize(shard ShardInfo) error
 	ProcessRecords(batch Batch, checkpointer *Checkpointer) error
@@ -121,6 +122,20 @@ func (r retryable) Unwrap() error { return r.err }
 
 // Retryable marks err as transient: the host delivers the same batch again.
 func Retryable(err error) error { return retryable{err} }
+
+type failedAt struct {
+	index int
+	err   error
+}
+
+func (f failedAt) Error() string { return f.err.Error() }
+func (f failedAt) Unwrap() error { return f.err }
+
+// FailedAt reports that the batch failed at record index (of batch.Records):
+// the records before it are done (the host checkpoints them) and the batch
+// comes again from that record. Under the operator's failure policy, that
+// record alone may then be retried and given up on.
+func FailedAt(index int, err error) error { return failedAt{index, err} }
 
 // Register sets the constructor of the processor; call it once, from init.
 func Register(newProcessor func() RecordProcessor) {
@@ -162,6 +177,11 @@ func outcome(err error) export.Outcome {
 	var r retryable
 	if errors.As(err, &r) {
 		return witTypes.Err[witTypes.Unit](wit.MakeProcessorErrorRetryable(err.Error()))
+	}
+	var f failedAt
+	if errors.As(err, &f) {
+		failure := wit.RecordFailure{Index: uint32(f.index), Reason: f.err.Error()}
+		return witTypes.Err[witTypes.Unit](wit.MakeProcessorErrorFailedAt(failure))
 	}
 	return witTypes.Err[witTypes.Unit](wit.MakeProcessorErrorFatal(err.Error()))
 }

@@ -317,6 +317,21 @@ pub struct RuntimeArgs {
     /// A variable processors read through wasi:config/store (repeatable).
     #[arg(long = "var", value_name = "KEY=VALUE", value_parser = key_value)]
     pub vars: Vec<(String, String)>,
+    /// Retries of a failing batch (with --bisect-on-error, of the failing record) before it is given up on and sent to --on-failure; -1 retries without limit [default: -1]. Counted: errors the processor returns, traps, call deadlines, the memory cap. Never counted, always retried: throttling, AWS errors, output targets that fail, a lost lease.
+    #[arg(long, env = "KCL_HOST_MAX_RETRY_ATTEMPTS", allow_hyphen_values = true)]
+    pub max_retry_attempts: Option<i64>,
+    /// Records older than this when read (like 1h) are given up on without reaching the processor [default: no limit].
+    #[arg(long, env = "KCL_HOST_MAX_RECORD_AGE", allow_hyphen_values = true)]
+    pub max_record_age: Option<String>,
+    /// Split a failing batch in halves until the failing record is alone (a split is not an attempt), so only it is given up on.
+    #[arg(long, env = "KCL_HOST_BISECT_ON_ERROR")]
+    pub bisect_on_error: bool,
+    /// Where records given up on go, each with its data in a JSON envelope: a target URI (kinesis:STREAM, dynamodb:TABLE, http(s)://URL, stdout, file:PATH) or an --output name. Without it they are logged and skipped.
+    #[arg(long, value_name = "TARGET", env = "KCL_HOST_ON_FAILURE")]
+    pub on_failure: Option<String>,
+    /// First wait before a failed batch is delivered again; it doubles per attempt up to 30s [default: 500ms].
+    #[arg(long, env = "KCL_HOST_RETRY_BACKOFF")]
+    pub retry_backoff: Option<String>,
 }
 
 /// `KEY=VALUE`, split at the first `=`.
@@ -339,6 +354,11 @@ impl RuntimeArgs {
             output_buffer_mib: self.output_buffer_mib,
             allow_outbound: (!self.allow_outbound.is_empty()).then(|| self.allow_outbound.clone()),
             vars: (!self.vars.is_empty()).then(|| self.vars.iter().cloned().collect()),
+            max_retry_attempts: self.max_retry_attempts,
+            max_record_age: self.max_record_age.clone(),
+            bisect_on_error: self.bisect_on_error.then_some(true),
+            on_failure: self.on_failure.clone(),
+            retry_backoff: self.retry_backoff.clone(),
             ..Layer::default()
         }
     }

@@ -23,13 +23,14 @@
 //! A worker that stops deletes its row; the row of one that died is deleted
 //! by the others once it has been still for [`FORGET_AFTER`] failover times.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
+use crate::failure::policy::Retrying;
 use crate::lease::rules::{ExpiryTracker, Fleet};
 use crate::lease::table::KeyedTable;
 use crate::lease::LeaseError;
@@ -62,6 +63,8 @@ pub struct Heartbeat {
     /// The process that writes it (host, pid and a nonce): two processes
     /// with one worker id tell each other apart by it.
     pub process: Option<String>,
+    /// Its shards that are retrying failed records, by shard id.
+    pub retrying: BTreeMap<String, Retrying>,
 }
 
 /// A processor version, as the `deploy` row names it.
@@ -125,7 +128,8 @@ impl ControlTable {
     /// the processor version it runs, as written by `process`. Unless
     /// `claim`, only while the row is `process`'s: `Ok(false)` when another
     /// process has taken the worker id over.
-    pub async fn beat(&self, worker: &str, running: &Version, process: &str, claim: bool) -> Result<bool, LeaseError> {
+    /// `retrying` lists its shards retrying failed records (for `status`).
+    pub async fn beat(&self, worker: &str, running: &Version, process: &str, claim: bool, retrying: &BTreeMap<String, Retrying>) -> Result<bool, LeaseError> {
         let millis = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
         let mut expression =
             "ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source, process = :process".to_owned();
@@ -143,13 +147,23 @@ impl ControlTable {
         if !claim {
             update = update.condition_expression("process = :process");
         }
+        let mut remove = Vec::new();
         match &running.component {
             Some(component) => {
                 expression.push_str(", processorComponent = :component");
                 update = update.expression_attribute_values(":component", AttributeValue::S(component.clone()));
             }
-            None => expression.push_str(" REMOVE processorComponent"),
+            None => remove.push("processorComponent"),
         }
+        if retrying.is_empty() {
+            remove.push("retrying");
+        } else {
+            expression.push_str(", retrying = :retrying");
+            let json = serde_json::to_string(retrying).expect("retry states serialize");
+            update = update.expression_attribute_values(":retrying", AttributeValue::S(json));
+        }
+        expression.push_str(" REMOVE ");
+        expression.push_str(&remove.join(", "));
         match update.update_expression(expression).send().await {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
@@ -219,7 +233,8 @@ impl ControlTable {
                     .zip(text("processorSource"))
                     .map(|(hash, source)| Version { hash, source, component: text("processorComponent") });
                 if let Ok(heartbeat) = n.parse() {
-                    read.heartbeats.push(Heartbeat { worker: worker.to_owned(), heartbeat, beat_ms, running, process: text("process") });
+                    let retrying = text("retrying").and_then(|json| serde_json::from_str(&json).ok()).unwrap_or_default();
+                    read.heartbeats.push(Heartbeat { worker: worker.to_owned(), heartbeat, beat_ms, running, process: text("process"), retrying });
                 }
             }
         }
@@ -331,7 +346,7 @@ mod tests {
     const FAILOVER: Duration = Duration::from_secs(10);
 
     fn beats(rows: &[(&str, u64)]) -> Vec<Heartbeat> {
-        rows.iter().map(|(w, n)| Heartbeat { worker: w.to_string(), heartbeat: *n, beat_ms: None, running: None, process: None }).collect()
+        rows.iter().map(|(w, n)| Heartbeat { worker: w.to_string(), heartbeat: *n, beat_ms: None, running: None, process: None, retrying: BTreeMap::new() }).collect()
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod failure;
 pub mod fanout;
 pub mod fetch;
 pub mod init;

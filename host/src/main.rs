@@ -7,6 +7,7 @@ use kcl_host::aws::{AwsClients, AwsError, Service};
 use kcl_host::cli::{Cli, Command, DeployArgs, LogFormat, ReplayArgs, RunArgs, StatusArgs};
 use kcl_host::config::{duration, Layer, WorkerConfig};
 use kcl_host::replay::{self, ReplayReport};
+use kcl_host::failure::DeadLetters;
 use kcl_host::output::Outputs;
 use kcl_host::runtime::ShardInfo;
 use kcl_host::runtime::{Processor, Runtime, RuntimeConfig};
@@ -88,10 +89,13 @@ async fn run_replay(args: ReplayArgs) -> Result<(), String> {
     let config = RuntimeConfig { max_instances: 2, ..args.runtime.config().map_err(|e| e.to_string())? };
     let (outputs, buffer) = args.runtime.layer().outputs().map_err(|e| e.to_string())?;
     let outputs = Outputs::printed(&outputs, buffer);
+    let settings = args.runtime.layer().failure().map_err(|e| e.to_string())?;
+    let dead_letters = DeadLetters::printed(&settings, &args.stream);
     let runtime = Runtime::new(config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
     let shard = ShardInfo::new(args.stream, args.shard_id);
-    match replay::replay(&processor, shard, records, args.batch_size as usize, true, Box::new(outputs.shard())).await {
+    let policy = replay::ReplayPolicy { settings: &settings, dead_letters: &dead_letters };
+    match replay::replay(&processor, shard, records, args.batch_size as usize, true, &outputs, Some(policy)).await {
         Ok(report) => {
             print_summary(&report);
             Ok(())
@@ -151,6 +155,9 @@ async fn run_worker(args: RunArgs) -> Result<(), String> {
         if summary.finished.is_empty() { "none".to_owned() } else { summary.finished.join(", ") },
         summary.versions.join(" -> "),
     );
+    if summary.dead_lettered + summary.skipped > 0 {
+        tracing::info!("records given up on: {} written to --on-failure, {} skipped", summary.dead_lettered, summary.skipped);
+    }
     if !summary.outputs.is_empty() {
         let outputs: Vec<String> = summary.outputs.iter().map(|(name, n)| format!("{name}={n}")).collect();
         tracing::info!("outputs written: {}", outputs.join(" "));
@@ -239,4 +246,7 @@ fn print_summary(report: &ReplayReport) {
         report.checkpoints.len(),
         report.checkpoints.last().map_or("none", String::as_str),
     );
+    if report.given_up > 0 {
+        println!("gave up on {} records", report.given_up);
+    }
 }

@@ -27,6 +27,16 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    shard: String,
+    /// retry, bisect (calls); dead-letter, skipped (records).
+    action: &'static str,
+}
+
+/// The failure policy's actions, as [`ShardMetrics::failure_event`] counts them.
+const POLICY_ACTIONS: [&str; 4] = ["retry", "bisect", "dead-letter", "skipped"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     shard: String,
     /// Short SHA-256 of the component.
@@ -55,6 +65,8 @@ pub struct Metrics {
     call_seconds: Histograms,
     guest_errors: Family<ErrorLabels, Counter>,
     restarts: Family<ShardLabels, Counter>,
+    policy: Family<PolicyLabels, Counter>,
+    retry_attempts: Family<ShardLabels, Gauge>,
     checkpoints_written: Family<ShardLabels, Counter>,
     checkpoints_refused: Family<ShardLabels, Counter>,
     get_records: Family<ShardLabels, Counter>,
@@ -94,6 +106,8 @@ impl Metrics {
             call_seconds: Family::new_with_constructor(call_histogram),
             guest_errors: Family::default(),
             restarts: Family::default(),
+            policy: Family::default(),
+            retry_attempts: Family::default(),
             checkpoints_written: Family::default(),
             checkpoints_refused: Family::default(),
             get_records: Family::default(),
@@ -123,6 +137,12 @@ impl Metrics {
         r.register("process_records_seconds", "Duration of process-records calls", metrics.call_seconds.clone());
         r.register("guest_errors", "Failed processor calls by kind", metrics.guest_errors.clone());
         r.register("instance_restarts", "Processor instances restarted from the last checkpoint", metrics.restarts.clone());
+        r.register(
+            "failure_policy",
+            "What the failure policy did: calls retried or bisected, records sent to --on-failure (dead-letter) or skipped",
+            metrics.policy.clone(),
+        );
+        r.register("retry_attempts", "Failed calls on the records a shard is retrying now (0 when none is failing)", metrics.retry_attempts.clone());
         r.register("checkpoints_written", "Checkpoints written to the lease table", metrics.checkpoints_written.clone());
         r.register("checkpoints_refused", "Checkpoints refused (lease lost, invalid, table unavailable)", metrics.checkpoints_refused.clone());
         r.register("get_records_calls", "GetRecords calls", metrics.get_records.clone());
@@ -239,6 +259,8 @@ impl ShardMetrics {
         let kind = match error {
             CallError::Retryable(_) => "retryable",
             CallError::Fatal(_) => "fatal",
+            CallError::FailedAt { .. } => "failed-at",
+            CallError::OutputsUnwritten(_) => "outputs",
             CallError::Trap(_) => "trap",
             CallError::DeadlineExceeded(_) => "deadline",
             CallError::MemoryLimit(_) => "memory",
@@ -250,6 +272,21 @@ impl ShardMetrics {
     /// The shard's processor instance was restarted.
     pub fn restarted(&self) {
         self.metrics.restarts.get_or_create(&self.labels).inc();
+    }
+
+    /// The failure policy did `action` once (see [`POLICY_ACTIONS`]).
+    pub fn failure_event(&self, action: &'static str) {
+        self.failure_events(action, 1);
+    }
+
+    /// The failure policy did `action` to `n` records.
+    pub fn failure_events(&self, action: &'static str, n: usize) {
+        self.metrics.policy.get_or_create(&PolicyLabels { shard: self.labels.shard.clone(), action }).inc_by(n as u64);
+    }
+
+    /// Failed calls on the records the shard retries now.
+    pub fn retry_attempts(&self, attempts: u32) {
+        self.metrics.retry_attempts.get_or_create(&self.labels).set(i64::from(attempts));
     }
 
     /// A checkpoint write happened; `written` when it succeeded.
@@ -293,8 +330,12 @@ impl ShardMetrics {
             family.remove(&self.labels);
         }
         m.millis_behind.remove(&self.labels);
+        m.retry_attempts.remove(&self.labels);
+        for action in POLICY_ACTIONS {
+            m.policy.remove(&PolicyLabels { shard: self.labels.shard.clone(), action });
+        }
         m.call_seconds.remove(&self.labels);
-        for kind in ["retryable", "fatal", "trap", "deadline", "memory", "withdrawn"] {
+        for kind in ["retryable", "fatal", "failed-at", "outputs", "trap", "deadline", "memory", "withdrawn"] {
             m.guest_errors.remove(&ErrorLabels { shard: self.labels.shard.clone(), kind });
         }
         if let Some(version) = self.version.lock().expect("not poisoned").take() {

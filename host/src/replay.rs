@@ -2,6 +2,7 @@
 //! with no Kinesis, DynamoDB or network — the processor author's test loop.
 
 use std::io::BufRead;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -9,9 +10,12 @@ use aws_smithy_types::date_time::{DateTime, Format};
 use base64::Engine as _;
 use serde::Deserialize;
 
+use crate::failure::deliver::Delivery;
+use crate::failure::policy::{Retrying, Step};
+use crate::failure::{self, Condition, DeadLetters, Delivered, FailurePolicy, FailureSettings, Hooks};
+use crate::output::Outputs;
 use crate::records::{kpl, Batch, Position, Record};
-use crate::runtime::{ShardInfo, ShutdownReason};
-use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, OutputSink, Processor};
+use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor, ShardInfo, ShutdownReason};
 
 /// One input line, as the user writes it.
 #[derive(Deserialize)]
@@ -100,12 +104,14 @@ fn generated_sequence_number(line: usize) -> String {
 /// What a replay did.
 #[derive(Debug, Default)]
 pub struct ReplayReport {
-    /// Records delivered.
+    /// Records delivered and acknowledged (again after a restart).
     pub records: usize,
     /// Batches delivered.
     pub batches: usize,
     /// Every checkpoint the processor made, in order.
     pub checkpoints: Vec<String>,
+    /// Records given up on by the failure policy.
+    pub given_up: usize,
     /// How long the replay took.
     pub elapsed: Duration,
 }
@@ -128,7 +134,7 @@ pub struct ReplayError {
 /// when `print` is set.
 #[derive(Clone, Default)]
 struct RecordingSink {
-    checkpoints: Arc<Mutex<Vec<String>>>,
+    checkpoints: Arc<Mutex<Vec<Position>>>,
     print: bool,
 }
 
@@ -137,54 +143,148 @@ impl CheckpointSink for RecordingSink {
         if self.print {
             println!("checkpoint {position}");
         }
-        self.checkpoints.lock().expect("not poisoned").push(position.to_string());
+        self.checkpoints.lock().expect("not poisoned").push(position);
         Box::pin(async { Ok(()) })
     }
 }
 
+impl RecordingSink {
+    fn last(&self) -> Option<Position> {
+        self.checkpoints.lock().expect("not poisoned").last().cloned()
+    }
+}
+
+/// How a replay treats a failed call: as `kcl-host run` would with these
+/// settings — or, when they never give a record up (the default), by
+/// stopping at the first failure, which is what a processor author wants
+/// to see.
+pub struct ReplayPolicy<'a> {
+    /// The failure policy.
+    pub settings: &'a FailureSettings,
+    /// Where records given up on go.
+    pub dead_letters: &'a DeadLetters,
+}
+
+/// What the delivery loop tells a replay: counts, and the first failure
+/// when the replay stops at it.
+struct ReplayHooks {
+    stop_at_failure: bool,
+    failure: Mutex<Option<CallError>>,
+    records: AtomicUsize,
+    given_up: AtomicUsize,
+}
+
+impl Hooks for ReplayHooks {
+    /// The failure that stopped the replay.
+    type Stop = ();
+
+    async fn pause(&self, wait: Duration) -> Result<(), ()> {
+        self.check()?;
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), ()> {
+        if self.failure.lock().expect("not poisoned").is_some() { Err(()) } else { Ok(()) }
+    }
+
+    fn processed(&self, records: &Batch, _: Duration) {
+        self.records.fetch_add(records.len(), Ordering::Relaxed);
+    }
+
+    fn failed(&self, error: &CallError, step: &Step, _: bool) {
+        if self.stop_at_failure {
+            *self.failure.lock().expect("not poisoned") = Some(error.clone());
+        } else if !matches!(step, Step::GiveUp { .. }) {
+            println!("failed: {error}; the policy says {step:?}");
+        }
+    }
+
+    fn gave_up(&self, records: usize, condition: Condition, kept: bool) {
+        self.given_up.fetch_add(records, Ordering::Relaxed);
+        println!("gave up on {records} records ({condition:?}){}", if kept { "" } else { " and skipped them (no --on-failure)" });
+    }
+
+    fn retrying(&self, _: Option<Retrying>) {}
+}
+
 /// Runs initialize, `records` in batches of `batch_size`, then
-/// shutdown(shard-end); `print_checkpoints` prints each one to stdout.
+/// shutdown(shard-end); `print_checkpoints` prints each one to stdout. A
+/// failed call stops the replay, unless `policy` can give records up: then
+/// it goes as in `kcl-host run` (retries, bisection, give-ups, a fresh
+/// instance from the last checkpoint after a trap).
 pub async fn replay(
     processor: &Processor,
     shard: ShardInfo,
     records: Batch,
     batch_size: usize,
     print_checkpoints: bool,
-    outputs: Box<dyn OutputSink>,
+    outputs: &Arc<Outputs>,
+    policy: Option<ReplayPolicy<'_>>,
 ) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
     let sink = RecordingSink { print: print_checkpoints, ..RecordingSink::default() };
+    let strict = FailureSettings::default();
+    let no_target = DeadLetters::printed(&strict, &shard.stream_name);
+    let (settings, dead_letters) = policy.as_ref().map_or((&strict, &*no_target), |p| (p.settings, p.dead_letters));
+    let hooks = ReplayHooks { stop_at_failure: !settings.gives_up(), failure: Mutex::new(None), records: AtomicUsize::new(0), given_up: AtomicUsize::new(0) };
+    let mut failures = FailurePolicy::new(settings);
     let mut report = ReplayReport::default();
+    let finish = |mut report: ReplayReport| {
+        report.records = hooks.records.load(Ordering::Relaxed);
+        report.given_up = hooks.given_up.load(Ordering::Relaxed);
+        report.checkpoints = sink.checkpoints.lock().expect("not poisoned").iter().map(ToString::to_string).collect();
+        report.elapsed = started.elapsed();
+        report
+    };
     let fail = |call: String, error: CallError, report: ReplayReport| {
-        let records_done = report.records;
-        ReplayError { call, records_done, error, report }
+        let report = finish(report);
+        ReplayError { call, records_done: report.records, error, report }
+    };
+    let open = |last_checkpoint: Option<Position>| async {
+        let mut instance = processor.instantiate_with_outputs(&shard.shard_id, Box::new(sink.clone()), Box::new(outputs.shard()), last_checkpoint).await.map_err(|e| ("instantiate", e))?;
+        instance.initialize(&shard).await.map_err(|e| ("initialize", e))?;
+        Ok(instance)
     };
 
-    let mut instance = match processor.instantiate_with_outputs(&shard.shard_id, Box::new(sink.clone()), outputs, None).await {
+    let mut instance = match open(None).await {
         Ok(instance) => instance,
-        Err(e) => return Err(fail("instantiate".into(), e, report)),
+        Err((call, e)) => return Err(fail(call.into(), e, report)),
     };
-    if let Err(e) = instance.initialize(&shard).await {
-        return Err(fail("initialize".into(), e, report));
-    }
     let total = records.len();
-    while report.records < total {
-        let mut batch: Batch = records.iter().skip(report.records).take(batch_size.max(1)).collect();
+    let mut next = 0;
+    while next < total {
+        let mut batch = records.slice(next, batch_size.max(1));
         let count = batch.len();
-        batch.millis_behind_latest = behind_latest_ms(&batch, total - report.records - count);
-        if let Err(e) = instance.process_records(&mut batch).await {
-            report.checkpoints = sink.checkpoints.lock().expect("not poisoned").clone();
-            let call = format!("process-records (batch {}, records {}..={})", report.batches + 1, report.records + 1, report.records + count);
-            return Err(fail(call, e, report));
+        batch.millis_behind_latest = behind_latest_ms(&batch, total - next - count);
+        let described = processor.describe();
+        let delivery = Delivery { policy: &mut failures, dead_letters, shard: &shard.shard_id, version: processor.hash(), processor: described };
+        match failure::deliver(&mut instance, &mut batch, delivery, &hooks).await {
+            Delivered::Done => {
+                report.batches += 1;
+                next += count;
+            }
+            Delivered::Restart(why) if !hooks.stop_at_failure => {
+                let wait = failures.restart_wait();
+                println!("{why}; a fresh instance starts from the last checkpoint in {wait:?}");
+                tokio::time::sleep(wait).await;
+                let last = sink.last();
+                next = last.as_ref().map_or(0, |last| records.iter().take_while(|r| r.position().is_ok_and(|p| p <= *last)).count());
+                instance = match open(last).await {
+                    Ok(instance) => instance,
+                    Err((call, e)) => return Err(fail(call.into(), e, report)),
+                };
+            }
+            Delivered::Restart(_) | Delivered::Stopped(()) | Delivered::LeaseLost => {
+                let error = hooks.failure.lock().expect("not poisoned").take().unwrap_or(CallError::Withdrawn);
+                let call = format!("process-records (batch {}, records {}..={})", report.batches + 1, next + 1, next + count);
+                return Err(fail(call, error, report));
+            }
         }
-        report.batches += 1;
-        report.records += count;
     }
     let result = instance.shutdown(ShutdownReason::ShardEnd).await;
-    report.checkpoints = sink.checkpoints.lock().expect("not poisoned").clone();
-    report.elapsed = started.elapsed();
     match result {
-        Ok(()) => Ok(report),
+        Ok(()) => Ok(finish(report)),
         Err(e) => Err(fail("shutdown(shard-end)".into(), e, report)),
     }
 }

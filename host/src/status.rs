@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::aws::AwsClients;
 use crate::fetch::StartingPosition;
 use crate::control::{ControlTable, Version};
+use crate::failure::policy::Retrying;
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::rules::is_ready;
 use crate::lease::{Checkpoint, LeaseError, LeaseStore};
@@ -22,6 +23,8 @@ use crate::lease::{Checkpoint, LeaseError, LeaseStore};
 pub enum State {
     /// Owned by a kcl-host worker whose heartbeat is current.
     Processing,
+    /// Processing, but retrying records the processor failed on.
+    Retrying,
     /// Owned by a worker without a heartbeat row (Java KCL, say).
     Owned,
     /// Owned by a kcl-host worker whose heartbeat stopped: it will be taken.
@@ -38,6 +41,7 @@ impl State {
     fn label(self) -> &'static str {
         match self {
             State::Processing => "processing",
+            State::Retrying => "retrying",
             State::Owned => "owned",
             State::Expired => "expired",
             State::Unassigned => "unassigned",
@@ -67,6 +71,9 @@ pub struct ShardRow {
     /// With `--lag`: how far the checkpoint is behind the shard's tip.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lag_ms: Option<u64>,
+    /// What its owner's heartbeat says of the records it retries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retrying: Option<Retrying>,
 }
 
 /// One worker, as `status` shows it.
@@ -129,6 +136,8 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
     let now = now_ms();
     let ages: HashMap<&str, Option<u64>> =
         heartbeats.iter().map(|h| (h.worker.as_str(), h.beat_ms.map(|ms| now.saturating_sub(ms)))).collect();
+    let retrying: HashMap<(&str, &str), &Retrying> =
+        heartbeats.iter().flat_map(|h| h.retrying.iter().map(|(shard, r)| ((h.worker.as_str(), shard.as_str()), r))).collect();
     let by_key = scan.leases.iter().map(|l| (l.key.as_str(), l)).collect();
     let mut leases_per_worker: BTreeMap<String, usize> = heartbeats.iter().map(|h| (h.worker.clone(), 0)).collect();
     let mut shards: Vec<ShardRow> = scan
@@ -150,6 +159,8 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
                     Some(Some(_)) => State::Processing,
                 }
             };
+            let retrying = lease.owner.as_deref().and_then(|owner| retrying.get(&(owner, lease.key.as_str()))).map(|r| (*r).clone());
+            let state = if state == State::Processing && retrying.is_some() { State::Retrying } else { state };
             ShardRow {
                 shard: lease.key.clone(),
                 state,
@@ -159,6 +170,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
                 counter: lease.counter,
                 parents: lease.parents.iter().cloned().collect(),
                 lag_ms: None,
+                retrying,
             }
         })
         .collect();
@@ -230,6 +242,18 @@ pub fn render(report: &Report) -> String {
         }
         out.push('\n');
     }
+    let now = now_ms();
+    for row in &report.shards {
+        let Some(retrying) = &row.retrying else { continue };
+        let limit = retrying.limit.map_or("no limit: blocked".to_owned(), |n| format!("gives up after {}", n + 1));
+        let line = format!("{} retrying {}s, {} failures ({limit}): ", row.shard, now.saturating_sub(retrying.since_ms) / 1000, retrying.attempts);
+        // The error's start says what it is; its end (a backtrace) can go.
+        let room = 100usize.saturating_sub(line.chars().count());
+        let error: String = retrying.last_error.lines().next().unwrap_or_default().chars().take(room).collect();
+        out.push_str(&line);
+        out.push_str(&error);
+        out.push('\n');
+    }
     out.push_str(&format!("\n{:<40} {:>6}  {:<20} {}\n", "WORKER", "LEASES", "HEARTBEAT", "PROCESSOR"));
     for worker in &report.workers {
         let beat = worker.heartbeat_age_ms.map_or("none (not kcl-host)".to_owned(), |ms| format!("{:.1}s ago", ms as f64 / 1000.0));
@@ -263,13 +287,15 @@ mod tests {
                 counter: 123_456_789,
                 parents: vec![],
                 lag_ms: Some(1_234_567),
+                retrying: (i == 7).then(|| Retrying { since_ms: now_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
             })
             .collect();
         let workers = vec![WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500), processor: Some("9f2c1ab3d4e5".into()) }];
         let deployed = Some(DeployedRow { processor: "9f2c1ab3d4e5".into(), source: format!("/{}", "d/".repeat(60)), previous: Some("1a2b3c4d5e6f".into()) });
         let text = render(&Report { application: "orders".into(), shards, workers, deployed, unreadable: vec![] });
         assert!(text.contains("9f2c1ab3d4e5\n"), "{text}");
-        assert_eq!(text.lines().filter(|l| l.starts_with("shardId-")).count(), 64);
+        assert_eq!(text.lines().filter(|l| l.starts_with("shardId-") && !l.contains(" retrying ")).count(), 64);
+        assert!(text.contains("shardId-000000000007 retrying 5s, 40 failures (no limit: blocked): processor trapped"), "{text}");
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
         }

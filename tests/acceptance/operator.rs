@@ -160,7 +160,7 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
     let control = kcl_host::control::ControlTable::new(aws.dynamodb.clone(), &application);
     control.ensure().await.unwrap();
     let running = kcl_host::control::Version { hash: "abc".into(), source: "/p.wasm".into(), component: Some("orders@1.3.0".into()) };
-    control.beat("kcl-1", &running, "test pid 1", true).await.unwrap();
+    control.beat("kcl-1", &running, "test pid 1", true, &Default::default()).await.unwrap();
     let wanted = kcl_host::control::Version { hash: "def".into(), source: "/q.wasm".into(), component: None };
     control.deploy(&wanted, Some(&running)).await.unwrap();
     let long_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() - 60_000;

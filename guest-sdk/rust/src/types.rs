@@ -145,6 +145,14 @@ pub enum ProcessorError {
     /// The host drops this instance and starts a fresh one from the last
     /// checkpoint, after a backoff.
     Fatal(String),
+    /// The batch failed at record `index`: the records before it are done
+    /// (the host checkpoints them) and the batch comes again from `index`.
+    FailedAt {
+        /// The failed record's index in the batch.
+        index: u32,
+        /// Why it failed.
+        reason: String,
+    },
 }
 
 impl ProcessorError {
@@ -157,6 +165,12 @@ impl ProcessorError {
     pub fn fatal(message: impl Into<String>) -> Self {
         Self::Fatal(message.into())
     }
+
+    /// A partial failure: record `index` of the batch failed, the ones
+    /// before it are done.
+    pub fn failed_at(index: usize, reason: impl Into<String>) -> Self {
+        Self::FailedAt { index: u32::try_from(index).unwrap_or(u32::MAX), reason: reason.into() }
+    }
 }
 
 impl fmt::Display for ProcessorError {
@@ -164,6 +178,7 @@ impl fmt::Display for ProcessorError {
         match self {
             Self::Retryable(m) => write!(f, "retryable: {m}"),
             Self::Fatal(m) => write!(f, "fatal: {m}"),
+            Self::FailedAt { index, reason } => write!(f, "failed at record {index}: {reason}"),
         }
     }
 }
@@ -207,6 +222,7 @@ impl From<ProcessorError> for wit::ProcessorError {
         match e {
             ProcessorError::Retryable(m) => Self::Retryable(m),
             ProcessorError::Fatal(m) => Self::Fatal(m),
+            ProcessorError::FailedAt { index, reason } => Self::FailedAt(wit::RecordFailure { index, reason }),
         }
     }
 }

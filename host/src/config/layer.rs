@@ -6,13 +6,21 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::values::{duration, positive};
+use std::time::Duration;
+
+use super::values::{duration, parse_duration, positive};
+use crate::failure::{FailureSettings, RETRY_BACKOFF};
 use super::ConfigError;
-use crate::output::{parse_outputs, OutputSpec};
+use crate::output::{parse_outputs, OutputSpec, TargetSpec};
 use crate::runtime::{OutboundPolicy, RuntimeConfig};
 
 /// Output bytes all shards may queue, together, before sends wait.
 pub const DEFAULT_OUTPUT_BUFFER_MIB: usize = 64;
+
+/// Lambda's bound on `MaximumRetryAttempts`.
+const MAX_RETRY_ATTEMPTS: i64 = 10_000;
+/// Lambda's bound on `MaximumRecordAgeInSeconds`: 7 days.
+const MAX_RECORD_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Every setting, each optional: one layer (flags, or the file). Each
 /// field is the flag of the same name (`worker_id` is `--worker-id`);
@@ -54,6 +62,13 @@ pub struct Layer {
     pub allow_outbound: Option<Vec<String>>,
     /// `[vars]` in the file: key = value.
     pub vars: Option<BTreeMap<String, String>>,
+    /// -1 (the default) retries without limit, as Lambda's `MaximumRetryAttempts`.
+    pub max_retry_attempts: Option<i64>,
+    pub max_record_age: Option<String>,
+    pub bisect_on_error: Option<bool>,
+    /// A target URI, or the name of a declared output.
+    pub on_failure: Option<String>,
+    pub retry_backoff: Option<String>,
 }
 
 impl Layer {
@@ -74,7 +89,8 @@ impl Layer {
             initial_timestamp, max_leases, max_leases_to_steal, failover_time, shard_sync_interval,
             idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
             swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache, outputs,
-            output_buffer_mib, allow_outbound, vars
+            output_buffer_mib, allow_outbound, vars, max_retry_attempts, max_record_age, bisect_on_error, on_failure,
+            retry_backoff
         )
     }
 
@@ -97,6 +113,38 @@ impl Layer {
                 reason,
             })?,
             vars: self.vars.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The failure policy: retries, record age, bisection and where records
+    /// given up on go (`on_failure` is a target URI or a declared output's name).
+    pub fn failure(&self) -> Result<FailureSettings, ConfigError> {
+        let invalid = |setting: &'static str, value: String, reason: &str| ConfigError::Invalid { setting, value, reason: reason.to_owned() };
+        let max_retry_attempts = match self.max_retry_attempts {
+            None | Some(-1) => None,
+            Some(n @ 0..=MAX_RETRY_ATTEMPTS) => Some(n as u32),
+            Some(n) => return Err(invalid("max_retry_attempts", n.to_string(), "use 0 to 10000, or -1 to retry without limit (the default)")),
+        };
+        let max_record_age = match self.max_record_age.as_deref() {
+            None | Some("-1") => None,
+            Some(text) => match parse_duration(text) {
+                Some(age) if age >= Duration::from_secs(1) && age <= MAX_RECORD_AGE => Some(age),
+                _ => return Err(invalid("max_record_age", text.to_owned(), "use a duration from 1s to 168h (7 days, Lambda's longest), like 1h, or -1 for no limit")),
+            },
+        };
+        let on_failure = match self.on_failure.as_deref() {
+            None => None,
+            Some(name_or_uri) => {
+                let uri = self.outputs.as_ref().and_then(|outputs| outputs.get(name_or_uri)).map_or(name_or_uri, String::as_str);
+                Some(TargetSpec::parse(uri).map_err(|reason| invalid("on_failure", name_or_uri.to_owned(), &format!("{reason}, or the name of an --output")))?)
+            }
+        };
+        Ok(FailureSettings {
+            max_retry_attempts,
+            max_record_age,
+            bisect_on_error: self.bisect_on_error.unwrap_or(false),
+            on_failure,
+            retry_backoff: duration("retry_backoff", self.retry_backoff.as_deref(), RETRY_BACKOFF)?,
         })
     }
 

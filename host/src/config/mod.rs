@@ -37,6 +37,7 @@ use crate::aws::AwsSettings;
 use crate::fetch::{FetchSettings, MAX_RECORDS_LIMIT};
 use crate::lease::rules::TakeSettings;
 use crate::runtime::RuntimeConfig;
+use crate::failure::FailureSettings;
 use crate::output::OutputSpec;
 use crate::shard::InitialPosition;
 pub use layer::{Layer, DEFAULT_OUTPUT_BUFFER_MIB};
@@ -120,6 +121,8 @@ pub struct WorkerConfig {
     pub outputs: Vec<OutputSpec>,
     /// Output bytes all shards may queue, together, before sends wait.
     pub output_buffer_bytes: usize,
+    /// What happens to records the processor keeps failing on.
+    pub failure: FailureSettings,
 }
 
 impl WorkerConfig {
@@ -127,6 +130,7 @@ impl WorkerConfig {
     pub fn resolve(layer: Layer) -> Result<Self, ConfigError> {
         let runtime = layer.runtime()?;
         let (outputs, output_buffer_bytes) = layer.outputs()?;
+        let failure = layer.failure()?;
         let stream = layer.stream.ok_or(ConfigError::Missing { setting: "stream", flag: "stream", env: "STREAM" })?;
         let stream = stream_name(&stream)?;
         let application = layer
@@ -202,6 +206,7 @@ impl WorkerConfig {
             runtime,
             outputs,
             output_buffer_bytes,
+            failure,
         })
     }
 }

@@ -237,7 +237,7 @@ impl Sim {
                 }
             }
             let beats: Vec<Heartbeat> =
-                self.heartbeats.iter().map(|(w, n)| Heartbeat { worker: w.clone(), heartbeat: *n, beat_ms: None, running: None, process: None }).collect();
+                self.heartbeats.iter().map(|(w, n)| Heartbeat { worker: w.clone(), heartbeat: *n, beat_ms: None, running: None, process: None, retrying: Default::default() }).collect();
             let fleet_changed = worker.watch.as_mut().is_some_and(|watch| watch.observe(&beats, tokio::time::Instant::now()));
             if let Some(watch) = &worker.watch {
                 worker.coordinator.set_fleet(watch.fleet().clone());

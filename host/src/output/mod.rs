@@ -134,6 +134,19 @@ impl Outputs {
         ShardOutputs::new(self.clone())
     }
 
+    /// Writes `records` to target `name` now, bypassing the queues (each
+    /// record checked first): retried within the target's patience.
+    pub async fn write_now(&self, name: &str, records: &[OutRecord<'_>]) -> Result<(), String> {
+        let declared = self.targets.get(name).ok_or_else(|| self.unknown(name))?;
+        declared.write(records).await
+    }
+
+    /// Why target `name` cannot take `record`, if it cannot.
+    pub fn check(&self, name: &str, record: &OutRecord<'_>) -> Result<(), String> {
+        let declared = self.targets.get(name).ok_or_else(|| self.unknown(name))?;
+        declared.target.check(record)
+    }
+
     /// Records acknowledged so far, per target.
     pub fn written(&self) -> BTreeMap<String, u64> {
         self.targets.iter().map(|(name, d)| (name.clone(), d.written.load(Ordering::Relaxed))).collect()

@@ -142,6 +142,13 @@ impl Batch {
         }
     }
 
+    /// `n` records from record `from` on, copied.
+    pub fn slice(&self, from: usize, n: usize) -> Batch {
+        let mut slice: Batch = self.iter().skip(from).take(n).collect();
+        slice.millis_behind_latest = self.millis_behind_latest;
+        slice
+    }
+
     /// The records after `position` only: a restart at a checkpoint inside
     /// an aggregate reads the aggregate again and skips what was done.
     pub fn after(&self, position: &Position) -> Batch {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Why a call into a processor failed. Only the shard it serves is affected.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
 pub enum CallError {
     /// The processor asked for the same input again later.
     #[error("processor returned a retryable error: {0}")]
@@ -11,6 +11,14 @@ pub enum CallError {
     /// The processor said it cannot go on.
     #[error("processor returned a fatal error: {0}")]
     Fatal(String),
+    /// The batch failed at record `index`; the records before it are done.
+    #[error("processor failed at record {index} of the batch: {reason}")]
+    #[allow(missing_docs)] // fields named in the message
+    FailedAt { index: u32, reason: String },
+    /// The call succeeded (or failed part-way), but what it sent could not
+    /// be written to its target: not the processor's failure.
+    #[error("the outputs could not be written: {0}")]
+    OutputsUnwritten(String),
     /// The call ran past the configured deadline and was stopped.
     #[error("processor call ran longer than its deadline of {0:?} and was stopped")]
     DeadlineExceeded(Duration),
@@ -34,6 +42,14 @@ impl CallError {
     /// Whether the same instance may be called again (the processor itself
     /// returned the error); after any other error the instance is unusable.
     pub fn instance_survives(&self) -> bool {
-        matches!(self, CallError::Retryable(_) | CallError::Fatal(_))
+        matches!(self, CallError::Retryable(_) | CallError::Fatal(_) | CallError::FailedAt { .. } | CallError::OutputsUnwritten(_))
+    }
+
+    /// Whether the processor failed on its input (an error it returned, a
+    /// trap, a deadline, the memory cap): what the failure policy counts.
+    /// A withdrawn call or outputs that could not be written are not the
+    /// input's fault.
+    pub fn is_processing_failure(&self) -> bool {
+        !matches!(self, CallError::Withdrawn | CallError::OutputsUnwritten(_))
     }
 }

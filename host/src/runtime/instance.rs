@@ -7,7 +7,7 @@ use wasmtime::Store;
 
 use super::contract::Exports;
 use super::store::{Limits, ShardState};
-use super::{CallError, ProcessorError, ShardInfo, ShutdownReason};
+use super::{CallError, CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
 use crate::records::Batch;
 
 /// A processor instance bound to one shard; made by
@@ -45,10 +45,28 @@ impl ShardInstance {
         self.begin_call()?;
         self.store.data_mut().checkpoints.delivering(batch);
         let result = self.processor.process_records(&mut self.store, batch).await;
-        let result = self.finish_call(result);
+        let result = match self.finish_call(result) {
+            Err(CallError::FailedAt { index, reason }) if index as usize >= batch.len() => Err(CallError::Fatal(format!(
+                "it said the batch failed at record {index}, but the batch has {} records: {reason}",
+                batch.len()
+            ))),
+            result => result,
+        };
         let result = self.flush_outputs(result).await;
         self.store.data_mut().checkpoints.delivered(result.is_ok());
         result
+    }
+
+    /// Marks `records` processed (as if a call had returned ok for them) and
+    /// checkpoints the last of them, after flushing the outputs: for the
+    /// records before a partial failure, and for records the failure policy
+    /// gave up on once their dead letters were written. Works on an instance
+    /// that trapped: no guest code runs.
+    pub async fn checkpoint_through(&mut self, records: &Batch) -> Result<(), CheckpointError> {
+        let checkpoints = &mut self.store.data_mut().checkpoints;
+        checkpoints.delivering(records);
+        checkpoints.delivered(true);
+        checkpoints.checkpoint_last().await
     }
 
     /// Calls `shutdown`. After `lease-lost` every checkpoint is refused, even
@@ -63,20 +81,24 @@ impl ShardInstance {
         self.flush_outputs(result).await
     }
 
-    /// At the end of a call: writes what it sent when it succeeded (a
-    /// target that keeps failing fails the call as retryable: its input
-    /// comes again), drops what it sent when it failed (it is sent again
-    /// with that input).
+    /// At the end of a call: writes what it sent when it succeeded, or
+    /// failed part-way (the records before the failure are done); a target
+    /// that keeps failing fails the call with [`CallError::OutputsUnwritten`]
+    /// and its input comes again. Drops what a failed call sent (it is sent
+    /// again with that input).
     async fn flush_outputs(&mut self, result: Result<(), CallError>) -> Result<(), CallError> {
         let outputs = &mut self.store.data_mut().checkpoints.outputs;
-        if result.is_err() {
+        if result.as_ref().is_err_and(|e| !matches!(e, CallError::FailedAt { .. })) {
             outputs.discard();
             return result;
         }
-        outputs.flush().await.map_err(|e| {
-            outputs.discard();
-            CallError::Retryable(format!("the outputs could not be written: {e}"))
-        })
+        match outputs.flush().await {
+            Ok(()) => result,
+            Err(e) => {
+                outputs.discard();
+                Err(CallError::OutputsUnwritten(e))
+            }
+        }
     }
 
     /// Stops any call of this instance, within one epoch tick, once
@@ -104,6 +126,7 @@ impl ShardInstance {
             Ok(Ok(())) => Ok(()),
             Ok(Err(ProcessorError::Retryable(message))) => Err(CallError::Retryable(message)),
             Ok(Err(ProcessorError::Fatal(message))) => Err(CallError::Fatal(message)),
+            Ok(Err(ProcessorError::FailedAt(failure))) => Err(CallError::FailedAt { index: failure.index, reason: failure.reason }),
             Err(error) => {
                 self.poisoned = true;
                 Err(self.limits.classify(error, &self.store))

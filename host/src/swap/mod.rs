@@ -166,8 +166,8 @@ impl Swapper {
         candidate.check_initialize().await.map_err(|e| format!("its initialize failed in a test instance: {e}"))?;
         let Some(records) = &self.canary_input else { return Ok(()) };
         let shard = ShardInfo::new("swap-canary-input", "swap-canary-input");
-        let outputs = self.canary_outputs.as_ref().expect("set with the canary input").shard();
-        replay::replay(candidate, shard, records.clone(), 500, false, Box::new(outputs))
+        let outputs = self.canary_outputs.as_ref().expect("set with the canary input");
+        replay::replay(candidate, shard, records.clone(), 500, false, outputs, None)
             .await
             .map(|_| ())
             .map_err(|e| format!("it failed on --swap-canary-input: {e}"))

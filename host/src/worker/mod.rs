@@ -18,7 +18,6 @@
 //! - a shard sync every sync interval, on the last pass's read of the table,
 //!   and at once when a shard ends, so children start right after their parents.
 
-mod policy;
 mod redelivery;
 mod shard_loop;
 mod shards;
@@ -37,6 +36,8 @@ use crate::admin::{self, Health};
 use crate::aws::{AwsClients, AwsError};
 use crate::config::WorkerConfig;
 use crate::control::{self, ControlTable, FleetWatch};
+use crate::failure::policy::RetryBoard;
+use crate::failure::DeadLetters;
 use crate::fanout;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
@@ -52,7 +53,7 @@ use crate::swap::Swapper;
 use redelivery::Budget;
 use shard_loop::Outcome;
 use shards::{Held, KinesisReaders, ShardLoops, Template};
-use upkeep::{beat, beat_every, check_unique, process_name, renew_every, sync_shards};
+use upkeep::{check_unique, process_name, renew_every, sync_shards, Beat};
 
 /// Why the worker could not run.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +93,10 @@ pub struct Summary {
     pub elapsed: Duration,
     /// Records each output target acknowledged.
     pub outputs: BTreeMap<String, u64>,
+    /// Records given up on and written to the failure target.
+    pub dead_lettered: u64,
+    /// Records given up on and skipped (no failure target).
+    pub skipped: u64,
 }
 
 /// Consumes `config.stream` until `shutdown` resolves, with the processor
@@ -165,7 +170,16 @@ impl Worker {
         let process = process_name();
         check_unique(&control, &me, &read, failover).await?;
         // Others see this worker (and may give it leases) from its first beat on.
-        beat(&control, &me, &process, &swapper, &coordinator.liveness(), true).await?;
+        let retrying = Arc::new(RetryBoard::default());
+        let heartbeat = Beat {
+            control: control.clone(),
+            me: me.clone(),
+            process: process.clone(),
+            swapper: swapper.clone(),
+            liveness: coordinator.liveness(),
+            retrying: retrying.clone(),
+        };
+        heartbeat.once(true).await?;
         let mut fleet = FleetWatch::new(&me, failover);
         fleet.observe(&read.heartbeats, Instant::now());
 
@@ -173,6 +187,10 @@ impl Worker {
         let metrics = Arc::new(Metrics::new(&config.stream, &me));
         let health = Arc::new(Health::new(coordinator.liveness(), failover));
         let outputs = Outputs::connect(&config.outputs, &clients, config.output_buffer_bytes, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
+        let dead_letters = DeadLetters::connect(&config.failure, &clients, &config.stream, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
+        if let Some(warning) = config.failure.drop_warning() {
+            tracing::warn!("{warning}");
+        }
         let admin = admin::start(config.admin_listen, metrics.clone(), health.clone(), swapper.clone()).await.map_err(WorkerError::Refused)?;
         let (ended_tx, ended) = mpsc::unbounded_channel();
         let (reports_tx, reports) = mpsc::unbounded_channel();
@@ -193,13 +211,16 @@ impl Worker {
             redelivery: Budget::new(config.swap.buffer_bytes),
             metrics: metrics.clone(),
             outputs,
+            failure: Arc::new(config.failure.clone()),
+            dead_letters,
+            retrying: retrying.clone(),
         };
         let shards = ShardLoops::new(template, rollout, ended_tx, reports_tx);
 
         // The heartbeat and the renewals in tasks of their own: no take pass,
         // shard sync or slow renewal delays them.
         let (taken_over_tx, taken_over) = mpsc::channel(1);
-        let beats = beat_every(control.clone(), me.clone(), process.clone(), swapper.clone(), coordinator.liveness(), failover / 3, control::poll_interval(failover));
+        let beats = heartbeat.every(failover / 3, control::poll_interval(failover));
         let heartbeats = tokio::spawn(
             async move {
                 let _ = taken_over_tx.send(beats.await).await;
@@ -435,5 +456,6 @@ impl Worker {
         self.summary.elapsed = self.started.elapsed();
         self.summary.versions = self.shards.rollout.history().to_vec();
         self.summary.outputs = self.shards.outputs_written();
+        (self.summary.dead_lettered, self.summary.skipped) = self.shards.given_up();
     }
 }

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::policy::{BatchAction, FailurePolicy};
 use super::redelivery::{Budget, Unacknowledged};
 use crate::aws::AwsError;
+use crate::failure::policy::{RetryBoard, Retrying, Step};
+use crate::failure::{self, deliver::Delivery, Condition, DeadLetters, Delivered, FailurePolicy, FailureSettings, Hooks};
 use crate::fetch::{Fetched, Prefetch, StartingPosition};
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
@@ -20,7 +21,7 @@ use crate::metrics::ShardMetrics;
 use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
-use crate::runtime::{CheckpointError, CheckpointFuture, CheckpointSink, Processor, ShardInfo, ShardInstance, ShutdownReason};
+use crate::runtime::{CallError, CheckpointError, CheckpointFuture, CheckpointSink, Processor, ShardInfo, ShardInstance, ShutdownReason};
 use crate::swap::rollout::CallReport;
 
 /// Opens a shard's reader for each attempt: Kinesis (GetRecords or
@@ -69,6 +70,12 @@ pub struct ShardLoop<S> {
     pub redelivery: Arc<Budget>,
     /// Where the processor's outputs go; flushed before each checkpoint.
     pub outputs: Arc<Outputs>,
+    /// The failure policy.
+    pub failure: Arc<FailureSettings>,
+    /// Where records given up on go.
+    pub dead_letters: Arc<DeadLetters>,
+    /// The worker's shards that are retrying, for the heartbeat.
+    pub retrying: Arc<RetryBoard>,
 }
 
 /// Why one attempt at the shard ended early.
@@ -88,7 +95,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                 return outcome;
             }
         }
-        let mut policy = FailurePolicy::default();
+        let mut policy = FailurePolicy::new(&self.failure);
         // Where the first failed attempt started delivering, for a lease with
         // no checkpoint yet at LATEST or AT_TIMESTAMP: a restart there again
         // would skip what that attempt was given.
@@ -270,40 +277,17 @@ impl<S: LeaseStore> ShardLoop<S> {
         Ok(instance)
     }
 
-    /// Delivers one batch, again while the policy says to retry it.
+    /// Delivers one batch under the failure policy (see [`crate::failure`]).
     async fn deliver(&self, instance: &mut ShardInstance, processor: &Processor, policy: &mut FailurePolicy, batch: &mut Batch) -> Option<Interrupt> {
-        loop {
-            if !self.held.is_valid() {
-                return Some(self.finish(instance, ShutdownReason::LeaseLost).await);
-            }
-            let started = std::time::Instant::now();
-            let error = match instance.process_records(batch).await {
-                Ok(()) => {
-                    let _ = self.reports.send(CallReport { processor: processor.hash().to_owned(), ok: true });
-                    policy.batch_done();
-                    self.delivered.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    self.metrics.processed(batch.len(), batch.data.len(), started.elapsed());
-                    return None;
-                }
-                Err(error) => error,
-            };
-            self.metrics.guest_error(&error);
-            match policy.batch_failed(&error) {
-                // A retry and a withdrawn call say nothing about the version.
-                BatchAction::Retry { wait } => {
-                    tracing::warn!(shard = %self.held.key(), processor = processor.describe(), "{error}; delivering the batch again in {wait:?}");
-                    if let Some(outcome) = self.wait(wait).await {
-                        return Some(self.finish_outcome(instance, outcome).await);
-                    }
-                }
-                BatchAction::LeaseLost => {
-                    tracing::warn!(shard = %self.held.key(), processor = processor.describe(), "the lease's validity ran out during process-records: call stopped, batch not delivered");
-                    return Some(Interrupt::Done(Outcome::LeaseLost));
-                }
-                BatchAction::Restart => {
-                    let _ = self.reports.send(CallReport { processor: processor.hash().to_owned(), ok: false });
-                    return Some(Interrupt::Failed(format!("process-records failed: {error}")));
-                }
+        let described = processor.describe();
+        let delivery = Delivery { policy, dead_letters: &self.dead_letters, shard: self.held.key(), version: processor.hash(), processor: described };
+        match failure::deliver(instance, batch, delivery, &ShardHooks { shard_loop: self, processor }).await {
+            Delivered::Done => None,
+            Delivered::Restart(why) => Some(Interrupt::Failed(why)),
+            Delivered::Stopped(outcome) => Some(self.finish_outcome(instance, outcome).await),
+            Delivered::LeaseLost => {
+                tracing::warn!(shard = %self.held.key(), processor = described, "the lease's validity ran out during process-records: call stopped, batch not delivered");
+                Some(Interrupt::Done(Outcome::LeaseLost))
             }
         }
     }
@@ -338,6 +322,68 @@ impl<S: LeaseStore> ShardLoop<S> {
             tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "shutdown({reason:?}) failed: {e}");
         }
         Interrupt::Done(if reason == ShutdownReason::Requested { Outcome::Stopped } else { Outcome::LeaseLost })
+    }
+}
+
+/// What the failure policy's delivery loop counts, logs and waits on for a shard.
+struct ShardHooks<'a, S> {
+    shard_loop: &'a ShardLoop<S>,
+    processor: &'a Processor,
+}
+
+impl<S: LeaseStore> Hooks for ShardHooks<'_, S> {
+    type Stop = Outcome;
+
+    async fn pause(&self, wait: Duration) -> Result<(), Outcome> {
+        self.shard_loop.wait(wait).await.map_or(Ok(()), Err)
+    }
+
+    fn check(&self) -> Result<(), Outcome> {
+        if self.shard_loop.held.is_valid() { Ok(()) } else { Err(Outcome::LeaseLost) }
+    }
+
+    fn processed(&self, records: &Batch, took: Duration) {
+        let _ = self.shard_loop.reports.send(CallReport { processor: self.processor.hash().to_owned(), ok: true });
+        self.shard_loop.delivered.fetch_add(records.len() as u64, Ordering::Relaxed);
+        self.shard_loop.metrics.processed(records.len(), records.data.len(), took);
+    }
+
+    fn failed(&self, error: &CallError, step: &Step, blame: bool) {
+        let metrics = &self.shard_loop.metrics;
+        metrics.guest_error(error);
+        if blame {
+            let _ = self.shard_loop.reports.send(CallReport { processor: self.processor.hash().to_owned(), ok: false });
+        }
+        let (shard, processor) = (self.shard_loop.held.key(), self.processor.describe());
+        match step {
+            Step::Retry { bisected: true, .. } => {
+                metrics.failure_event("bisect");
+                tracing::warn!(shard, processor, "{error}; splitting the batch to find the failing record");
+            }
+            Step::Retry { wait, restart: false, .. } => {
+                metrics.failure_event("retry");
+                tracing::warn!(shard, processor, "{error}; delivering the batch again in {wait:?}");
+            }
+            Step::Retry { restart: true, .. } => metrics.failure_event("retry"),
+            Step::Partial { done, .. } => {
+                metrics.failure_event("retry");
+                tracing::warn!(shard, processor, "{error}; checkpointing the {done} records before it, then delivering again from it");
+            }
+            Step::GiveUp { .. } | Step::LeaseLost => {}
+        }
+    }
+
+    fn gave_up(&self, records: usize, condition: Condition, kept: bool) {
+        let metrics = &self.shard_loop.metrics;
+        metrics.failure_events(if kept { "dead-letter" } else { "skipped" }, records);
+        let shard = self.shard_loop.held.key();
+        let whereto = if kept { "wrote them to --on-failure" } else { "SKIPPED them (no --on-failure target)" };
+        tracing::warn!(shard, processor = self.processor.describe(), "gave up on {records} records ({condition:?}) and {whereto}; the checkpoint moves past them");
+    }
+
+    fn retrying(&self, state: Option<Retrying>) {
+        self.shard_loop.metrics.retry_attempts(state.as_ref().map_or(0, |r| r.attempts));
+        self.shard_loop.retrying.set(self.shard_loop.held.key(), state);
     }
 }
 

@@ -17,6 +17,7 @@ use crate::lease::rules::TakeSettings;
 use crate::lease::Lease;
 use crate::metrics::Metrics;
 use crate::records::Record;
+use crate::output::{OutputSpec, TargetSpec};
 use crate::runtime::{Runtime, RuntimeConfig};
 
 /// A shard of `(sequence number, data)` records, served from wherever a
@@ -82,13 +83,28 @@ async fn load(guest: &str) -> Processor {
 }
 
 async fn fixture(records: Vec<(u64, &'static str)>, closed: bool) -> Fixture {
+    let no_policy = FailureSettings::default();
+    let dead_letters = DeadLetters::printed(&no_policy, "stream");
+    fixture_with(records, closed, Policy { guest: "faulty", outputs: Outputs::printed(&[], 1 << 20), failure: no_policy, dead_letters }).await
+}
+
+/// The guest a fixture runs, and its outputs and failure policy.
+struct Policy {
+    guest: &'static str,
+    outputs: Arc<Outputs>,
+    failure: FailureSettings,
+    dead_letters: Arc<DeadLetters>,
+}
+
+async fn fixture_with(records: Vec<(u64, &'static str)>, closed: bool, policy: Policy) -> Fixture {
+    let Policy { guest, outputs, failure, dead_letters } = policy;
     let store = Arc::new(MemoryStore::default());
     store.create(&Lease::new("shard-0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
     let mut coordinator = Coordinator::new(store.clone(), "worker", TakeSettings::default());
     let held = coordinator.take_pass().await.unwrap().taken.pop().expect("the lease is free");
     let shard = Arc::new(ScriptedShard { records, closed, opens: watch::channel(Vec::new()).0 });
     let (stop, stop_rx) = watch::channel(false);
-    let (processor, processor_rx) = watch::channel(load("faulty").await);
+    let (processor, processor_rx) = watch::channel(load(guest).await);
     let (reports_tx, reports) = mpsc::unbounded_channel();
     let delivered = Arc::new(AtomicU64::new(0));
     let shard_loop = ShardLoop {
@@ -102,7 +118,10 @@ async fn fixture(records: Vec<(u64, &'static str)>, closed: bool) -> Fixture {
         metrics: Arc::new(Metrics::new("stream", "worker")).shard("shard-0"),
         reports: reports_tx,
         redelivery: Budget::new(1 << 20),
-        outputs: Outputs::printed(&[], 1 << 20),
+        outputs,
+        failure: Arc::new(failure),
+        dead_letters,
+        retrying: Arc::new(RetryBoard::default()),
     };
     Fixture { shard_loop, shard, store, coordinator, stop, processor, reports, delivered }
 }
@@ -181,3 +200,38 @@ async fn a_swap_delivers_the_records_since_the_checkpoint_to_the_new_version() {
         );
         assert_eq!(starting_position(&Checkpoint::AtTimestamp, None, None), Start::Refused);
     }
+
+#[tokio::test]
+async fn bisect_finds_a_trapping_record_and_the_shard_moves_past_it_after_its_dead_letter() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, dlq) = (dir.path().join("out.jsonl"), dir.path().join("dlq.jsonl"));
+    let failure = FailureSettings {
+        max_retry_attempts: Some(1),
+        bisect_on_error: true,
+        on_failure: Some(TargetSpec::File(dlq.clone())),
+        retry_backoff: std::time::Duration::from_millis(10),
+        ..FailureSettings::default()
+    };
+    let dead_letters = DeadLetters::printed(&failure, "stream");
+    let outputs = Outputs::printed(&[OutputSpec { name: "out".into(), target: TargetSpec::File(out.clone()) }], 1 << 20);
+    let records = vec![(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "trap"), (6, "f"), (7, "g"), (8, "h")];
+    let f = fixture_with(records, true, Policy { guest: "forward", outputs, failure, dead_letters: dead_letters.clone() }).await;
+    assert_eq!(f.shard_loop.run().await, Outcome::ShardEnd { children: BTreeSet::new() });
+    assert_eq!(checkpoint_of(&f.store), Checkpoint::ShardEnd);
+
+    let lines = |path: &std::path::Path| -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines().map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap()["data"].as_str().unwrap().to_owned()).collect()
+    };
+    let forwarded = lines(&out);
+    assert_eq!(forwarded, ["a", "b", "c", "d", "f", "g", "h"].map(|d| d.to_owned()).iter().zip([1, 2, 3, 4, 6, 7, 8]).map(|(d, n)| format!("shard-0 {n} {d}")).collect::<Vec<_>>(), "every other record once, in order");
+    let dead = lines(&dlq);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead_letters.written(), 1);
+    let envelope: serde_json::Value = serde_json::from_str(&dead[0]).unwrap();
+    assert_eq!(envelope["sequence_number"], "5");
+    assert_eq!(envelope["data"], "dHJhcA==", "the record's own data, base64");
+    assert_eq!(envelope["condition"], "RetryAttemptsExhausted");
+    assert_eq!(envelope["attempts"], 2, "the record alone: one call and one retry");
+    assert!(envelope["error"].as_str().unwrap().starts_with("processor trapped"), "{envelope}");
+}

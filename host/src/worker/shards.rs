@@ -19,6 +19,8 @@ use crate::fetch::{self, FetchSettings, Fetcher, Prefetch, StartingPosition};
 use crate::lease::coordinator::{HeldLease, TakePass};
 use crate::lease::dynamo::DynamoStore;
 use crate::metrics::{Metrics, ShardMetrics};
+use crate::failure::policy::RetryBoard;
+use crate::failure::{DeadLetters, FailureSettings};
 use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::runtime::Processor;
@@ -71,6 +73,12 @@ pub(super) struct Template {
     pub(super) redelivery: Arc<Budget>,
     /// The declared output targets.
     pub(super) outputs: Arc<Outputs>,
+    /// The failure policy.
+    pub(super) failure: Arc<FailureSettings>,
+    /// Where records given up on go.
+    pub(super) dead_letters: Arc<DeadLetters>,
+    /// The shards retrying now, for the heartbeat.
+    pub(super) retrying: Arc<RetryBoard>,
 }
 
 /// The shard loops of this worker, one per held lease, and the rollout
@@ -106,6 +114,11 @@ impl ShardLoops {
         self.template.outputs.written()
     }
 
+    /// Records given up on so far: written to the failure target, skipped.
+    pub(super) fn given_up(&self) -> (u64, u64) {
+        (self.template.dead_letters.written(), self.template.dead_letters.skipped())
+    }
+
     /// Bytes kept for re-delivery after a swap, over all shards.
     pub(super) fn swap_buffer_used(&self) -> usize {
         self.template.redelivery.used()
@@ -128,6 +141,9 @@ impl ShardLoops {
             reports: self.reports.clone(),
             redelivery: self.template.redelivery.clone(),
             outputs: self.template.outputs.clone(),
+            failure: self.template.failure.clone(),
+            dead_letters: self.template.dead_letters.clone(),
+            retrying: self.template.retrying.clone(),
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();
@@ -197,6 +213,7 @@ impl ShardLoops {
         if self.running.get(key).is_some_and(|r| r.held.id() == held.id()) {
             let done = self.running.remove(key).expect("just checked");
             done.metrics.forget();
+            self.template.retrying.set(key, None);
             return Some(done.delivered.load(Ordering::Relaxed));
         }
         None

@@ -12,62 +12,72 @@ use super::WorkerError;
 use crate::aws::{AwsClients, AwsError, Service};
 use crate::config::WorkerConfig;
 use crate::control::{self, ControlTable};
+use crate::failure::policy::RetryBoard;
 use crate::lease::coordinator::{HeldLease, Liveness, Renewer};
 use crate::lease::{Lease, LeaseError, LeaseStore};
 use crate::metrics::Metrics;
 use crate::shard;
 use crate::swap::Swapper;
 
-/// Writes this worker's heartbeat (with the processor it runs) as
-/// `process`, taking the row over when `claim`; on success its leases stay
-/// valid one failover time from when the write was sent. `Ok(false)` when
-/// another process writes the row now.
-pub(super) async fn beat(control: &ControlTable, me: &str, process: &str, swapper: &Swapper, liveness: &Liveness, claim: bool) -> Result<bool, LeaseError> {
-    let sent = Instant::now();
-    let ours = control.beat(me, &swapper.current(), process, claim).await?;
-    if ours {
-        liveness.beat(sent);
-    }
-    Ok(ours)
+/// What this worker's heartbeat row says, and who writes it.
+#[derive(Clone)]
+pub(super) struct Beat {
+    pub(super) control: ControlTable,
+    pub(super) me: String,
+    /// The process that writes the row.
+    pub(super) process: String,
+    /// The processor it runs.
+    pub(super) swapper: Arc<Swapper>,
+    /// Told of each write that succeeded: the leases' validity.
+    pub(super) liveness: Arc<Liveness>,
+    /// Its shards retrying failed records.
+    pub(super) retrying: Arc<RetryBoard>,
 }
 
-/// Writes the heartbeat every `period` — and `retry` after a write that
-/// failed, so the leases are valid again soon after DynamoDB is back —
-/// until aborted. No renewal ever delays it, and no write takes longer than
-/// a period. Ends, saying why, if another
-/// process takes the worker id over.
-pub(super) async fn beat_every(
-    control: ControlTable,
-    me: String,
-    process: String,
-    swapper: Arc<Swapper>,
-    liveness: Arc<Liveness>,
-    period: Duration,
-    retry: Duration,
-) -> String {
-    let mut next = Instant::now() + period;
-    loop {
-        tokio::time::sleep_until(next).await;
-        // At most a period each: a write hung in an outage must not hold the
-        // next one back once DynamoDB answers again.
-        let written = tokio::time::timeout(period, beat(&control, &me, &process, &swapper, &liveness, false)).await;
-        next = match written.unwrap_or_else(|_| Err(LeaseError::Aws(AwsError::Unreachable {
-            service: Service::DynamoDb,
-            operation: "UpdateItem (heartbeat)",
-            message: format!("no answer within {period:?}"),
-        }))) {
-            Ok(true) => next + period,
-            Ok(false) => {
-                return format!(
-                    "another process took over worker id `{me}` (its heartbeat row is no longer this one's): \
-                     give each process its own --worker-id"
-                );
-            }
-            Err(e) => {
-                tracing::warn!("could not write the heartbeat (the leases stop being valid if this goes on): {e}");
-                Instant::now() + retry
-            }
-        };
+impl Beat {
+    /// Writes the heartbeat, taking the row over when `claim`; on success
+    /// the leases stay valid one failover time from when the write was
+    /// sent. `Ok(false)` when another process writes the row now.
+    pub(super) async fn once(&self, claim: bool) -> Result<bool, LeaseError> {
+        let sent = Instant::now();
+        let ours = self.control.beat(&self.me, &self.swapper.current(), &self.process, claim, &self.retrying.snapshot()).await?;
+        if ours {
+            self.liveness.beat(sent);
+        }
+        Ok(ours)
+    }
+
+    /// Writes the heartbeat every `period` — and `retry` after a write that
+    /// failed, so the leases are valid again soon after DynamoDB is back —
+    /// until aborted. No renewal ever delays it, and no write takes longer
+    /// than a period. Ends, saying why, if another process takes the
+    /// worker id over.
+    pub(super) async fn every(self, period: Duration, retry: Duration) -> String {
+        let mut next = Instant::now() + period;
+        loop {
+            tokio::time::sleep_until(next).await;
+            // At most a period each: a write hung in an outage must not hold the
+            // next one back once DynamoDB answers again.
+            let written = tokio::time::timeout(period, self.once(false)).await;
+            next = match written.unwrap_or_else(|_| Err(LeaseError::Aws(AwsError::Unreachable {
+                service: Service::DynamoDb,
+                operation: "UpdateItem (heartbeat)",
+                message: format!("no answer within {period:?}"),
+            }))) {
+                Ok(true) => next + period,
+                Ok(false) => {
+                    return format!(
+                        "another process took over worker id `{}` (its heartbeat row is no longer this one's): \
+                         give each process its own --worker-id",
+                        self.me
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!("could not write the heartbeat (the leases stop being valid if this goes on): {e}");
+                    Instant::now() + retry
+                }
+            };
+        }
     }
 }
 

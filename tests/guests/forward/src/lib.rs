@@ -5,6 +5,9 @@
 //!
 //! A record `http:<url>` is not forwarded: the processor GETs the URL and
 //! logs the outcome (`http <url> <status>` or `http <url> failed: ...`).
+//! The failure-policy tests' poison records: `trap` panics, `fail` returns
+//! a fatal error, `fail-here` reports the batch failed at that record
+//! (`failed-at`) — every time they are seen.
 //! `initialize` logs the variable `greeting` when it is set. Each record is
 //! logged as `record <sequence-number> <partition-key> <data>` — unless the
 //! variable `quiet` is set (the output benchmark): then records are
@@ -30,7 +33,13 @@ impl RecordProcessor for Forward {
 
     fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
         let mut outputs = Outputs::new();
-        for record in &batch {
+        for (index, record) in batch.iter().enumerate() {
+            match record.data {
+                b"trap" => panic!("asked to trap at {}", record.sequence_number),
+                b"fail" => return Err(ProcessorError::fatal(format!("asked to fail at {}", record.sequence_number))),
+                b"fail-here" => return Err(ProcessorError::failed_at(index, format!("asked to fail at {}", record.sequence_number))),
+                _ => {}
+            }
             if self.quiet {
                 // The benchmark: the record as it came, nothing logged.
                 outputs.push(record.partition_key, record.data);

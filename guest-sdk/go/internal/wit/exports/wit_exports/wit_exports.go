@@ -16,7 +16,7 @@ import (
 )
 
 var staticPinner = runtime.Pinner{}
-var exportReturnArea = uintptr(witRuntime.Allocate(&staticPinner, (4 * 4), 4))
+var exportReturnArea = uintptr(witRuntime.Allocate(&staticPinner, (5 * 4), 4))
 var syncExportPinner = runtime.Pinner{}
 
 //go:wasmexport kcl:processor/record-processor@0.3.0#initialize
@@ -65,6 +65,15 @@ func wasm_export_kcl_processor_record_processor_initialize(arg0 uintptr, arg1 ui
 			pinner.Pin(utf82)
 			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uint32(len(payload)))
 			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = uint32(uintptr(uintptr(utf82)))
+
+		case kcl_processor_types.ProcessorError_FailedAt:
+			payload := payload.FailedAt()
+			*(*int8)(unsafe.Add(unsafe.Pointer(exportReturnArea), 4)) = int8(int32(2))
+			*(*int32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = int32((payload).Index)
+			utf83 := unsafe.Pointer(unsafe.StringData((payload).Reason))
+			pinner.Pin(utf83)
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (4 * 4))) = uint32(uint32(len((payload).Reason)))
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uintptr(uintptr(utf83)))
 
 		default:
 			panic("unreachable")
@@ -126,6 +135,15 @@ func wasm_export_kcl_processor_record_processor_process_records(arg0 uintptr) ui
 			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uint32(len(payload)))
 			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = uint32(uintptr(uintptr(utf810)))
 
+		case kcl_processor_types.ProcessorError_FailedAt:
+			payload := payload.FailedAt()
+			*(*int8)(unsafe.Add(unsafe.Pointer(exportReturnArea), 4)) = int8(int32(2))
+			*(*int32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = int32((payload).Index)
+			utf811 := unsafe.Pointer(unsafe.StringData((payload).Reason))
+			pinner.Pin(utf811)
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (4 * 4))) = uint32(uint32(len((payload).Reason)))
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uintptr(uintptr(utf811)))
+
 		default:
 			panic("unreachable")
 		}
@@ -173,6 +191,15 @@ func wasm_export_kcl_processor_record_processor_shutdown(arg0 int32) uintptr {
 			pinner.Pin(utf80)
 			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uint32(len(payload)))
 			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = uint32(uintptr(uintptr(utf80)))
+
+		case kcl_processor_types.ProcessorError_FailedAt:
+			payload := payload.FailedAt()
+			*(*int8)(unsafe.Add(unsafe.Pointer(exportReturnArea), 4)) = int8(int32(2))
+			*(*int32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = int32((payload).Index)
+			utf81 := unsafe.Pointer(unsafe.StringData((payload).Reason))
+			pinner.Pin(utf81)
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (4 * 4))) = uint32(uint32(len((payload).Reason)))
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uintptr(uintptr(utf81)))
 
 		default:
 			panic("unreachable")

@@ -69,15 +69,29 @@ const (
 // Why a processor is being shut down.
 type ShutdownReason = uint8
 
+// Which record of a batch failed, and why.
+type RecordFailure struct {
+	// The record's index in the batch.
+	Index  uint32
+	Reason string
+}
+
 const (
 	// Transient (a downstream timeout, say): the host delivers the same batch again after a backoff.
 	ProcessorError_Retryable uint8 = 0
 	// The processor cannot go on from here: the host drops this instance and
 	// starts a fresh one from the last checkpoint, after a backoff.
 	ProcessorError_Fatal uint8 = 1
+	// The batch failed at one record: the records before it are done (the
+	// host keeps what they sent and checkpoints the last of them), and the
+	// same instance is given the batch again from the failed record, after
+	// a backoff.
+	ProcessorError_FailedAt uint8 = 2
 )
 
-// How a processor call failed, so the host knows what to do next.
+// How a processor call failed, so the host knows what to do next. Each
+// failure counts as an attempt under the operator's failure policy
+// (`--max-retry-attempts`, `--bisect-on-error`, `--on-failure`).
 type ProcessorError struct {
 	tag   uint8
 	value any
@@ -101,11 +115,21 @@ func (self ProcessorError) Fatal() string {
 	return self.value.(string)
 }
 
+func (self ProcessorError) FailedAt() RecordFailure {
+	if self.tag != ProcessorError_FailedAt {
+		panic("tag mismatch")
+	}
+	return self.value.(RecordFailure)
+}
+
 func MakeProcessorErrorRetryable(value string) ProcessorError {
 	return ProcessorError{ProcessorError_Retryable, value}
 }
 func MakeProcessorErrorFatal(value string) ProcessorError {
 	return ProcessorError{ProcessorError_Fatal, value}
+}
+func MakeProcessorErrorFailedAt(value RecordFailure) ProcessorError {
+	return ProcessorError{ProcessorError_FailedAt, value}
 }
 
 const (
