@@ -6,14 +6,28 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The kcl-host binary, copied into a directory of its own once per test run.
+/// The kcl-host binary, linked into a directory of its own once per test
+/// run (a hard link: the debug binary is half a gigabyte). The directories
+/// of earlier runs, whose processes are gone, are removed first.
 fn installed() -> PathBuf {
     static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     COPY.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("kcl-host-installed-{}", std::process::id()));
+        const PREFIX: &str = "kcl-host-installed-";
+        for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix(PREFIX)
+                && !Path::new("/proc").join(pid).exists()
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("{PREFIX}{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let copy = dir.join("kcl-host");
-        std::fs::copy(env!("CARGO_BIN_EXE_kcl-host"), &copy).unwrap();
+        let _ = std::fs::remove_file(&copy);
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_kcl-host"), &copy).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_kcl-host"), &copy).unwrap();
+        }
         copy
     })
     .clone()

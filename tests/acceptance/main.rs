@@ -13,6 +13,7 @@ use kcl_host::lease::{Checkpoint, Lease};
 use kcl_testkit::process::{Delivered, KclHost};
 use kcl_testkit::{clients, leases, test_cache_dir, unique, write_leases, TestStream};
 
+mod failures;
 mod faults;
 mod fleet;
 mod lifecycle;
@@ -137,11 +138,16 @@ async fn http(address: &str, method: &str, path: &str, content_type: &str, body:
 
 /// The value of the series `name` whose labels include `shard="<shard>"`, from Prometheus text.
 fn series(text: &str, name: &str, shard: Option<&str>) -> Option<f64> {
+    let label = shard.map(|s| format!("shard=\"{s}\""));
+    series_labelled(text, name, label.as_slice())
+}
+
+/// The value of the series `name` whose labels include each of `labels` (`key="value"`).
+fn series_labelled(text: &str, name: &str, labels: &[String]) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
         let (key, value) = line.rsplit_once(' ')?;
-        let (metric, labels) = key.split_once('{').unwrap_or((key, ""));
-        let shard_ok = shard.is_none_or(|s| labels.contains(&format!("shard=\"{s}\"")));
-        (metric == name && shard_ok).then(|| value.parse().ok()).flatten()
+        let (metric, have) = key.split_once('{').unwrap_or((key, ""));
+        (metric == name && labels.iter().all(|l| have.contains(l.as_str()))).then(|| value.parse().ok()).flatten()
     })
 }
 

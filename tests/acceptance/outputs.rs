@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::*;
 
 /// The checkpoint of each shard, as the lease table has it now.
-async fn checkpoints(aws: &AwsClients, application: &str) -> BTreeMap<String, String> {
+pub(super) async fn checkpoints(aws: &AwsClients, application: &str) -> BTreeMap<String, String> {
     leases(&aws.dynamodb, application)
         .await
         .into_iter()
@@ -26,7 +26,7 @@ async fn checkpoints(aws: &AwsClients, application: &str) -> BTreeMap<String, St
 }
 
 /// The inputs each output stands for: `(shard, sequence number)`, with how often.
-fn forwarded(outputs: &[String]) -> BTreeMap<(String, String), usize> {
+pub(super) fn forwarded(outputs: &[String]) -> BTreeMap<(String, String), usize> {
     let mut seen = BTreeMap::new();
     for line in outputs {
         let mut words = line.splitn(3, ' ');
@@ -49,7 +49,7 @@ fn behind_checkpoint(inputs: &[StreamRecord], checkpoints: &BTreeMap<String, Str
 
 /// Polls `done` until it holds: what the tests wait on here (an HTTP sink, a
 /// stream) has no event to await. Panics after [`LIMIT`], saying `what`.
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+pub(super) async fn until<F: std::future::Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
     let deadline = tokio::time::Instant::now() + LIMIT;
     while !done().await {
         assert!(tokio::time::Instant::now() < deadline, "gave up waiting for {what} after {LIMIT:?}");
@@ -93,7 +93,7 @@ async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream, aws: &AwsCl
     }
 }
 
-fn data(records: &[StreamRecord]) -> Vec<String> {
+pub(super) fn data(records: &[StreamRecord]) -> Vec<String> {
     records.iter().map(|r| r.data.clone()).collect()
 }
 
