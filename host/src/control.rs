@@ -162,8 +162,10 @@ impl ControlTable {
             let json = serde_json::to_string(retrying).expect("retry states serialize");
             update = update.expression_attribute_values(":retrying", AttributeValue::S(json));
         }
-        expression.push_str(" REMOVE ");
-        expression.push_str(&remove.join(", "));
+        if !remove.is_empty() {
+            expression.push_str(" REMOVE ");
+            expression.push_str(&remove.join(", "));
+        }
         match update.update_expression(expression).send().await {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),

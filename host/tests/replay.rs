@@ -137,3 +137,32 @@ fn go_guests_take_batches_of_10000_records_of_1_kib() {
     assert!(stdout.contains("replayed 10000 records in 1 batches"), "{stdout}");
     assert!(stderr.contains("10000 purchases, 0 rejected, 10 users"), "{stderr}");
 }
+
+#[test]
+fn replay_applies_the_failure_policy_and_shows_what_would_be_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("records.jsonl");
+    let lines: Vec<String> = ["a", "b", "trap", "d", "e", "f"].iter().map(|d| serde_json::json!({ "data": d }).to_string()).collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let (out, dlq) = (dir.path().join("out.jsonl"), dir.path().join("dlq.jsonl"));
+    let (target, on_failure) = (format!("out=file:{}", out.display()), format!("file:{}", dlq.display()));
+    let args = ["--output", &target, "--max-retry-attempts", "2", "--bisect-on-error", "--retry-backoff", "10ms", "--on-failure", &on_failure];
+    let (code, stdout, stderr) = replay_file("forward", input.to_str().unwrap(), &args);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("gave up on 1 records (RetryAttemptsExhausted)"), "{stdout}");
+    let data = |path: &std::path::Path| -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["data"].as_str().unwrap().to_owned()).collect()
+    };
+    let forwarded: Vec<String> = data(&out).iter().map(|line| line.rsplit(' ').next().unwrap().to_owned()).collect();
+    assert_eq!(forwarded, ["a", "b", "d", "e", "f"], "every other record once, in order");
+    let letters = data(&dlq);
+    assert_eq!(letters.len(), 1);
+    let envelope: serde_json::Value = serde_json::from_str(&letters[0]).unwrap();
+    assert_eq!((envelope["data"].as_str(), envelope["attempts"].as_u64()), (Some("dHJhcA=="), Some(3)), "{envelope}");
+
+    // Without a policy that gives up, replay stops at the first failure, as before.
+    let (code, stdout, stderr) = replay_file("forward", input.to_str().unwrap(), &["--output", &target]);
+    assert_ne!(code, 0, "{stdout}");
+    assert!(stderr.contains("process-records (batch 1, records 1..=6) failed after 0 records: processor trapped"), "{stderr}");
+}

@@ -37,7 +37,11 @@ impl RecordProcessor for Forward {
             match record.data {
                 b"trap" => panic!("asked to trap at {}", record.sequence_number),
                 b"fail" => return Err(ProcessorError::fatal(format!("asked to fail at {}", record.sequence_number))),
-                b"fail-here" => return Err(ProcessorError::failed_at(index, format!("asked to fail at {}", record.sequence_number))),
+                b"fail-here" => {
+                    // The records before it are done: their outputs go.
+                    self.send(std::mem::take(&mut outputs))?;
+                    return Err(ProcessorError::failed_at(index, format!("asked to fail at {}", record.sequence_number)));
+                }
                 _ => {}
             }
             if self.quiet {
@@ -56,16 +60,22 @@ impl RecordProcessor for Forward {
             kcl_guest::info!("record {} {} {data}", record.sequence_number, record.partition_key);
             outputs.push(record.partition_key, format!("{} {} {data}", self.shard, record.sequence_number).as_bytes());
         }
-        if let Err(e) = outputs.send(&self.target) {
-            kcl_guest::error!("send to `{}` refused: {e}", self.target);
-            return Err(ProcessorError::fatal(e.to_string()));
-        }
+        self.send(outputs)?;
         match checkpointer.checkpoint() {
             Ok(()) => Ok(()),
             // The outputs could not be written (so neither was the checkpoint): try the batch again later.
             Err(CheckpointError::Unavailable(why)) => Err(ProcessorError::retryable(why)),
             Err(e) => Err(ProcessorError::fatal(e.to_string())),
         }
+    }
+}
+
+impl Forward {
+    fn send(&self, mut outputs: Outputs) -> Result<(), ProcessorError> {
+        outputs.send(&self.target).map_err(|e| {
+            kcl_guest::error!("send to `{}` refused: {e}", self.target);
+            ProcessorError::fatal(e.to_string())
+        })
     }
 }
 
