@@ -196,7 +196,8 @@ impl Hooks for ReplayHooks {
         if self.stop_at_failure {
             *self.failure.lock().expect("not poisoned") = Some(error.clone());
         } else if !matches!(step, Step::GiveUp { .. }) {
-            println!("failed: {error}; the policy says {step:?}");
+            // The first line: a trap's backtrace says nothing here.
+            println!("{}; {step}", error.to_string().lines().next().unwrap_or_default());
         }
     }
 
@@ -266,7 +267,7 @@ pub async fn replay(
             }
             Delivered::Restart(why) if !hooks.stop_at_failure => {
                 let wait = failures.restart_wait();
-                println!("{why}; a fresh instance starts from the last checkpoint in {wait:?}");
+                println!("{}; a fresh instance starts from the last checkpoint in {wait:?}", why.lines().next().unwrap_or_default());
                 tokio::time::sleep(wait).await;
                 let last = sink.last();
                 next = last.as_ref().map_or(0, |last| records.iter().take_while(|r| r.position().is_ok_and(|p| p <= *last)).count());

@@ -59,6 +59,19 @@ pub enum Step {
     LeaseLost,
 }
 
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Retry { bisected: true, .. } => f.write_str("splitting the batch to find the failing record"),
+            Step::Retry { wait, restart: false, .. } => write!(f, "delivering the batch again in {wait:?}"),
+            Step::Retry { wait, restart: true, .. } => write!(f, "restarting from the last checkpoint in {wait:?}"),
+            Step::Partial { done, wait } => write!(f, "checkpointing the {done} records before it, then delivering again from it in {wait:?}"),
+            Step::GiveUp { records, condition, attempts } => write!(f, "giving up on {records} records ({condition:?}) after {attempts} failed calls"),
+            Step::LeaseLost => f.write_str("the lease's validity ran out"),
+        }
+    }
+}
+
 /// A step, and whether the failure counts against the processor version
 /// that failed (for the rollout's automatic rollback).
 #[derive(Debug, PartialEq)]

@@ -354,22 +354,14 @@ impl<S: LeaseStore> Hooks for ShardHooks<'_, S> {
         if blame {
             let _ = self.shard_loop.reports.send(CallReport { processor: self.processor.hash().to_owned(), ok: false });
         }
-        let (shard, processor) = (self.shard_loop.held.key(), self.processor.describe());
         match step {
-            Step::Retry { bisected: true, .. } => {
-                metrics.failure_event("bisect");
-                tracing::warn!(shard, processor, "{error}; splitting the batch to find the failing record");
-            }
-            Step::Retry { wait, restart: false, .. } => {
-                metrics.failure_event("retry");
-                tracing::warn!(shard, processor, "{error}; delivering the batch again in {wait:?}");
-            }
-            Step::Retry { restart: true, .. } => metrics.failure_event("retry"),
-            Step::Partial { done, .. } => {
-                metrics.failure_event("retry");
-                tracing::warn!(shard, processor, "{error}; checkpointing the {done} records before it, then delivering again from it");
-            }
-            Step::GiveUp { .. } | Step::LeaseLost => {}
+            Step::Retry { bisected: true, .. } => metrics.failure_event("bisect"),
+            Step::Retry { .. } | Step::Partial { .. } => metrics.failure_event("retry"),
+            Step::GiveUp { .. } | Step::LeaseLost => return,
+        }
+        // A restart is logged where it happens, with the instance's end.
+        if !matches!(step, Step::Retry { restart: true, bisected: false, .. }) {
+            tracing::warn!(shard = self.shard_loop.held.key(), processor = self.processor.describe(), "{error}; {step}");
         }
     }
 
