@@ -7,7 +7,7 @@
 //! (`replay` with the failure policy), against:
 //!
 //! - `bisect`: `--bisect-on-error --max-retry-attempts 2 --retry-backoff
-//!   100ms`: the record alone goes to the dead letters;
+//!   100ms` (or the backoff given): the record alone goes to the dead letters;
 //! - `whole batch`: Lambda's default, no bisect: the whole batch is retried
 //!   twice, then all 500 records go to the dead letters;
 //! - `by hand`: what an operator does without bisect: replay the batch with
@@ -16,7 +16,7 @@
 //!   thinking time not counted).
 //!
 //! Run with `bash scripts/build-guests.sh && cargo bench -p kcl-host --bench
-//! failures`; figures go in docs/BENCHMARKS.md.
+//! failures [-- BACKOFF_MS]` (100 by default); figures go in docs/BENCHMARKS.md.
 
 use std::path::Path;
 use std::process::Command;
@@ -85,6 +85,8 @@ fn by_hand(data: &[String], dir: &Path) -> usize {
 }
 
 fn main() {
+    // The backoff floor, in ms: the first argument, 100 by default.
+    let backoff = Duration::from_millis(std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(100));
     let rt = tokio::runtime::Runtime::new().unwrap();
     let runtime = Runtime::new(RuntimeConfig { cache_dir: Some(kcl_testkit::test_cache_dir()), max_instances: 4, ..Default::default() }).unwrap();
     let processor = rt.block_on(Processor::load(&runtime, &guest("forward"))).unwrap();
@@ -95,7 +97,7 @@ fn main() {
         max_retry_attempts: Some(2),
         bisect_on_error: bisect,
         on_failure: on_failure.clone(),
-        retry_backoff: Duration::from_millis(100),
+        retry_backoff: backoff,
         ..FailureSettings::default()
     };
     let clean = rt.block_on(with_policy(&processor, &outputs, &records(usize::MAX), &policy(true))).0;
