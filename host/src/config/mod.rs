@@ -215,6 +215,7 @@ impl WorkerConfig {
 mod tests {
     use super::*;
     use std::path::Path;
+    use crate::output::TargetSpec;
 
     #[test]
     fn a_stream_is_given_by_name_or_by_arn() {
@@ -299,6 +300,28 @@ mod tests {
         let swap = WorkerConfig::resolve(layer().over(file)).unwrap().swap;
         assert_eq!((swap.canary_batches, swap.rollback_after, swap.buffer_bytes), (0, 5, 16 << 20));
         assert_eq!(WorkerConfig::resolve(layer()).unwrap().swap.buffer_bytes, 256 << 20);
+    }
+
+    #[test]
+    fn the_failure_policy_has_lambdas_bounds_and_names_a_target_by_uri_or_output() {
+        let failure = |toml_text: &str| WorkerConfig::resolve(layer().over(toml::from_str(toml_text).unwrap())).map(|c| c.failure);
+        let default = failure("").unwrap();
+        assert_eq!(default, FailureSettings::default());
+        assert_eq!((default.max_retry_attempts, default.max_record_age, default.bisect_on_error, default.on_failure.as_ref()), (None, None, false, None));
+        assert!(default.drop_warning().is_none(), "the default drops nothing");
+        let set = failure("max_retry_attempts = 2\nmax_record_age = \"1h\"\nbisect_on_error = true\non_failure = \"dlq\"\n[outputs]\ndlq = \"kinesis:orders-dlq\"").unwrap();
+        assert_eq!((set.max_retry_attempts, set.max_record_age), (Some(2), Some(Duration::from_secs(3600))));
+        assert_eq!(set.on_failure, Some(TargetSpec::Kinesis("orders-dlq".into())), "an output's name stands for its target");
+        assert_eq!(failure("max_retry_attempts = -1").unwrap().max_retry_attempts, None, "Lambda's -1");
+        assert!(failure("max_retry_attempts = 1").unwrap().drop_warning().unwrap().contains("SKIPPED"), "a limit without a target drops records: said at start");
+        for (bad, words) in [
+            ("max_retry_attempts = 10001", "0 to 10000, or -1"),
+            ("max_record_age = \"200h\"", "1s to 168h"),
+            ("on_failure = \"s3:bucket\"", "or the name of an --output"),
+        ] {
+            let err = failure(bad).unwrap_err().to_string();
+            assert!(err.contains(words), "{bad}: {err}");
+        }
     }
 
     #[test]
