@@ -75,21 +75,46 @@ async fn until_checkpointed(aws: &AwsClients, application: &str, lasts: &BTreeMa
     }
 }
 
-/// A free local port for an admin listener.
-fn admin_address() -> String {
-    format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
+/// What a failure test reads and writes: an input stream of `shards`
+/// shards, one-shard `out` and `dlq` streams, and an application name, all
+/// named after `prefix`.
+struct Streams {
+    input: TestStream,
+    out: TestStream,
+    dlq: TestStream,
+    application: String,
+}
+
+impl Streams {
+    async fn create(aws: &AwsClients, prefix: &str, shards: i32) -> Self {
+        let stream = |what: &str| unique(&format!("{prefix}-{what}"));
+        Streams {
+            input: TestStream::create(&aws.kinesis, &stream("in"), shards).await,
+            out: TestStream::create(&aws.kinesis, &stream("out"), 1).await,
+            dlq: TestStream::create(&aws.kinesis, &stream("dlq"), 1).await,
+            application: stream("app"),
+        }
+    }
+
+    /// `--output out=kinesis:OUT`
+    fn output(&self) -> String {
+        format!("out=kinesis:{}", self.out.name)
+    }
+
+    /// `--on-failure kinesis:DLQ`
+    fn on_failure(&self) -> String {
+        format!("kinesis:{}", self.dlq.name)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_records_reach_the_dead_letter_stream_alone_with_their_data_and_the_shards_go_on() {
     let aws = clients().await;
-    let (input, out, dlq, application) = (unique("poison-in"), unique("poison-out"), unique("poison-dlq"), unique("poison-app"));
-    let input = TestStream::create(&aws.kinesis, &input, 4).await;
-    let out = TestStream::create(&aws.kinesis, &out, 2).await;
-    let dlq = TestStream::create(&aws.kinesis, &dlq, 1).await;
+    let streams = Streams::create(&aws, "poison", 4).await;
+    let Streams { input, out, dlq, application } = &streams;
     let shards = fill(&input, "p", 2000, &[(1, TRAP_AT, "trap"), (2, FAIL_AT, "fail")]).await;
     let (trap, fail) = (&shards[1][TRAP_AT], &shards[2][FAIL_AT]);
-    let (target, on_failure, admin) = (format!("out=kinesis:{}", out.name), format!("kinesis:{}", dlq.name), admin_address());
+    let (target, on_failure, admin) = (streams.output(), streams.on_failure(), admin_address());
     let flags = [
         "--output", &target, "--on-failure", &on_failure, "--bisect-on-error", "--max-retry-attempts", "2", "--retry-backoff", "100ms",
         "--max-records", "500", "--admin-listen", &admin,
@@ -163,12 +188,10 @@ async fn poison_records_reach_the_dead_letter_stream_alone_with_their_data_and_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_while_it_isolates_a_poison_record_loses_nothing_and_skips_nothing() {
     let aws = clients().await;
-    let (input, out, dlq, application) = (unique("kill-in"), unique("kill-out"), unique("kill-dlq"), unique("kill-app"));
-    let input = TestStream::create(&aws.kinesis, &input, 2).await;
-    let out = TestStream::create(&aws.kinesis, &out, 1).await;
-    let dlq = TestStream::create(&aws.kinesis, &dlq, 1).await;
+    let streams = Streams::create(&aws, "kill", 2).await;
+    let Streams { input, out, dlq, application } = &streams;
     let shards = fill(&input, "k", 600, &[(0, 300, "trap")]).await;
-    let (target, on_failure) = (format!("out=kinesis:{}", out.name), format!("kinesis:{}", dlq.name));
+    let (target, on_failure) = (streams.output(), streams.on_failure());
     // A slow isolation (1 s before each split) to kill the worker in the middle of.
     let flags = [
         "--output", &target, "--on-failure", &on_failure, "--bisect-on-error", "--max-retry-attempts", "1", "--retry-backoff", "1s",
@@ -195,15 +218,13 @@ async fn a_worker_killed_while_it_isolates_a_poison_record_loses_nothing_and_ski
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_older_than_the_age_limit_go_to_the_dead_letters_without_reaching_the_processor() {
     let aws = clients().await;
-    let (input, out, dlq, application) = (unique("age-in"), unique("age-out"), unique("age-dlq"), unique("age-app"));
-    let input = TestStream::create(&aws.kinesis, &input, 1).await;
-    let out = TestStream::create(&aws.kinesis, &out, 1).await;
-    let dlq = TestStream::create(&aws.kinesis, &dlq, 1).await;
+    let streams = Streams::create(&aws, "age", 1).await;
+    let Streams { input, out, dlq, application } = &streams;
     let shard = input.shards().await[0].id.clone();
     let old = input.put(&shard, &payloads("old", 5)).await;
     // The records age on the clock: nothing to await but the time itself.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (target, on_failure) = (format!("out=kinesis:{}", out.name), format!("kinesis:{}", dlq.name));
+    let (target, on_failure) = (streams.output(), streams.on_failure());
     let mut worker = start_with("forward", &input.name, &application, "w1", &["--output", &target, "--on-failure", &on_failure, "--max-record-age", "2s"]);
     worker.wait_for("the old records given up on", LIMIT, |log| log.iter().any(|l| l.contains("gave up on 5 records (RecordAgeExceeded)"))).await;
     let fresh = payloads("new", 5);
@@ -226,14 +247,13 @@ async fn records_older_than_the_age_limit_go_to_the_dead_letters_without_reachin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_failure_checkpoints_the_records_before_it_and_unlimited_retries_show_in_status_and_metrics() {
     let aws = clients().await;
-    let (input, out, application) = (unique("partial-in"), unique("partial-out"), unique("partial-app"));
-    let input = TestStream::create(&aws.kinesis, &input, 1).await;
-    let out = TestStream::create(&aws.kinesis, &out, 1).await;
+    let streams = Streams::create(&aws, "partial", 1).await;
+    let Streams { input, out, application, .. } = &streams;
     let shard = input.shards().await[0].id.clone();
     let mut records = payloads("r", 10);
     records[6] = "fail-here".into();
     let sequence_numbers = input.put(&shard, &records).await;
-    let (target, admin) = (format!("out=kinesis:{}", out.name), admin_address());
+    let (target, admin) = (streams.output(), admin_address());
     // No --max-retry-attempts: the default retries without limit, and the shard waits at the record.
     let flags = ["--output", &target, "--retry-backoff", "200ms", "--admin-listen", &admin, "--failover-time", "3s"];
     let mut worker = start_with("forward", &input.name, &application, "w1", &flags);

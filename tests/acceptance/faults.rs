@@ -91,7 +91,7 @@ async fn after_a_dynamodb_outage_every_shard_is_processing_again_at_once() {
     let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
     let application = unique("ddb-outage-app");
     let proxy = FaultProxy::start(&upstream("DYNAMODB")).await;
-    let admin = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let admin = admin_address();
     let flags = ["--failover-time", "3s", "--admin-listen", &admin];
     let mut host = start_through(&proxy, "DYNAMODB", "counter", &stream.name, &application, "worker-1", &flags);
     host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;

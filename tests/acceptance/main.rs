@@ -115,6 +115,11 @@ async fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     (output.status.code().unwrap_or(-1), text)
 }
 
+/// A local address with a free port, for an admin listener.
+fn admin_address() -> String {
+    format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
+}
+
 /// `GET path` on a local HTTP server: (status line, body).
 async fn http_get(address: &str, path: &str) -> (String, String) {
     http(address, "GET", path, "text/plain", b"").await

@@ -162,7 +162,7 @@ async fn a_failing_target_holds_the_checkpoint_back_and_nothing_is_lost_when_it_
     let input = TestStream::create(&aws.kinesis, &input, 2).await;
     let sink = HttpSink::start().await;
     let target = format!("out=http://{}/ingest", sink.address());
-    let admin = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let admin = admin_address();
     let mut worker = start_with("forward", &input.name, &application, "w1", &["--output", &target, "--admin-listen", &admin]);
     let shards: Vec<String> = input.shards().await.into_iter().map(|s| s.id).collect();
     let first = one_each(&input, &shards, "before").await;

@@ -343,7 +343,7 @@ async fn deploy_to_an_application_that_does_not_exist_creates_nothing() {
 async fn post_swap_knows_a_component_by_its_bytes_and_quotes_little_of_a_bad_body() {
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("post-body"), 1).await;
-    let admin = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let admin = admin_address();
     let mut host = start_with("counter", &stream.name, &unique("post-body-app"), "worker-1", &["--admin-listen", &admin]);
     host.wait_for("the shard", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
     for junk in [vec![b'x'; 1 << 20], b"/tmp/a\0b".to_vec()] {

@@ -59,7 +59,7 @@ impl SwapRig {
         std::fs::copy(kcl_testkit::guest("counter"), dir.path().join("v1.wasm")).unwrap();
         std::os::unix::fs::symlink("v1.wasm", dir.path().join("processor.wasm")).unwrap();
         let application = unique("swap-app");
-        let admin = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+        let admin = admin_address();
         let (path, cache) = (dir.path().join("processor.wasm").display().to_string(), test_cache_dir().display().to_string());
         let mut args = vec![
             "run", &path, "--stream", &stream.name, "--application", &application, "--worker-id", "worker-1",
@@ -281,7 +281,7 @@ async fn a_new_version_goes_to_a_canary_first_and_back_when_it_keeps_trapping() 
     let path = dir.path().join("processor.wasm");
     std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
     let application = unique("rollback-app");
-    let admin = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let admin = admin_address();
     let (processor, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
     let args = [
         "run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms",
