@@ -112,14 +112,14 @@ async fn poison_records_reach_the_dead_letter_stream_alone_with_their_data_and_t
     let aws = clients().await;
     let streams = Streams::create(&aws, "poison", 4).await;
     let Streams { input, out, dlq, application } = &streams;
-    let shards = fill(&input, "p", 2000, &[(1, TRAP_AT, "trap"), (2, FAIL_AT, "fail")]).await;
+    let shards = fill(input, "p", 2000, &[(1, TRAP_AT, "trap"), (2, FAIL_AT, "fail")]).await;
     let (trap, fail) = (&shards[1][TRAP_AT], &shards[2][FAIL_AT]);
     let (target, on_failure, admin) = (streams.output(), streams.on_failure(), admin_address());
     let flags = [
         "--output", &target, "--on-failure", &on_failure, "--bisect-on-error", "--max-retry-attempts", "2", "--retry-backoff", "100ms",
         "--max-records", "500", "--admin-listen", &admin,
     ];
-    let mut worker = start_with("forward", &input.name, &application, "w1", &flags);
+    let mut worker = start_with("forward", &input.name, application, "w1", &flags);
     worker.wait_for("the first lease pass", LIMIT, |log| log.iter().any(|l| l.contains("first lease pass done"))).await;
 
     // Until every shard is checkpointed at its last record: each time, the
@@ -127,8 +127,8 @@ async fn poison_records_reach_the_dead_letter_stream_alone_with_their_data_and_t
     // record must find its dead letter already written.
     let lasts: BTreeMap<String, String> = shards.iter().map(|s| (s[0].shard.clone(), s.last().unwrap().sequence_number.clone())).collect();
     let mut checks = 0;
-    until_checkpointed(&aws, &application, &lasts, &worker, async |cps| {
-        let letters: Vec<String> = dead_letters(&dlq).await.iter().map(|l| l["sequence_number"].as_str().unwrap().to_owned()).collect();
+    until_checkpointed(&aws, application, &lasts, &worker, async |cps| {
+        let letters: Vec<String> = dead_letters(dlq).await.iter().map(|l| l["sequence_number"].as_str().unwrap().to_owned()).collect();
         for poison in [trap, fail] {
             if cps.get(&poison.shard).is_some_and(|cp| at_or_before(&poison.sequence_number, cp)) {
                 assert!(letters.contains(&poison.sequence_number), "{} checkpointed past {} before its dead letter was written", poison.shard, poison.data);
@@ -139,7 +139,7 @@ async fn poison_records_reach_the_dead_letter_stream_alone_with_their_data_and_t
     .await;
     assert!(checks >= 2, "the checkpoints past both poison records were each checked against the dead letters");
 
-    let letters = dead_letters(&dlq).await;
+    let letters = dead_letters(dlq).await;
     assert_eq!(letters.len(), 2, "exactly the two poison records: {letters:#?}");
     for (poison, error) in [(trap, "processor trapped"), (fail, "asked to fail")] {
         let letter = letters.iter().find(|l| l["sequence_number"] == poison.sequence_number.as_str()).expect("its dead letter");
@@ -190,22 +190,22 @@ async fn a_worker_killed_while_it_isolates_a_poison_record_loses_nothing_and_ski
     let aws = clients().await;
     let streams = Streams::create(&aws, "kill", 2).await;
     let Streams { input, out, dlq, application } = &streams;
-    let shards = fill(&input, "k", 600, &[(0, 300, "trap")]).await;
+    let shards = fill(input, "k", 600, &[(0, 300, "trap")]).await;
     let (target, on_failure) = (streams.output(), streams.on_failure());
     // A slow isolation (1 s before each split) to kill the worker in the middle of.
     let flags = [
         "--output", &target, "--on-failure", &on_failure, "--bisect-on-error", "--max-retry-attempts", "1", "--retry-backoff", "1s",
         "--max-records", "500", "--failover-time", "4s",
     ];
-    let mut first = start_with("forward", &input.name, &application, "w1", &flags);
+    let mut first = start_with("forward", &input.name, application, "w1", &flags);
     first.wait_for("a split of the poisoned batch", LIMIT, |log| count_lines(log, "splitting the batch to find the failing record") >= 3).await;
     first.kill().await;
-    assert!(dead_letters(&dlq).await.is_empty(), "killed before the record was isolated");
+    assert!(dead_letters(dlq).await.is_empty(), "killed before the record was isolated");
 
-    let second = start_with("forward", &input.name, &application, "w2", &flags);
+    let second = start_with("forward", &input.name, application, "w2", &flags);
     let lasts: BTreeMap<String, String> = shards.iter().map(|s| (s[0].shard.clone(), s.last().unwrap().sequence_number.clone())).collect();
-    until_checkpointed(&aws, &application, &lasts, &second, async |_| {}).await;
-    let letters = dead_letters(&dlq).await;
+    until_checkpointed(&aws, application, &lasts, &second, async |_| {}).await;
+    let letters = dead_letters(dlq).await;
     assert!(!letters.is_empty() && letters.iter().all(|l| letter_data(l) == "trap"), "the poison record reached the dead letters: {letters:#?}");
     let outs = forwarded(&data(&out.read_all().await));
     for r in shards.iter().flatten().filter(|r| r.data != "trap") {
@@ -225,13 +225,13 @@ async fn records_older_than_the_age_limit_go_to_the_dead_letters_without_reachin
     // The records age on the clock: nothing to await but the time itself.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (target, on_failure) = (streams.output(), streams.on_failure());
-    let mut worker = start_with("forward", &input.name, &application, "w1", &["--output", &target, "--on-failure", &on_failure, "--max-record-age", "2s"]);
+    let mut worker = start_with("forward", &input.name, application, "w1", &["--output", &target, "--on-failure", &on_failure, "--max-record-age", "2s"]);
     worker.wait_for("the old records given up on", LIMIT, |log| log.iter().any(|l| l.contains("gave up on 5 records (RecordAgeExceeded)"))).await;
     let fresh = payloads("new", 5);
     input.put(&shard, &fresh).await;
     worker.wait_for("the new records processed", LIMIT, |log| processed(log, &fresh)).await;
 
-    let letters = dead_letters(&dlq).await;
+    let letters = dead_letters(dlq).await;
     let given_up: Vec<&str> = letters.iter().map(|l| l["sequence_number"].as_str().unwrap()).collect();
     assert_eq!(given_up, old.iter().map(String::as_str).collect::<Vec<_>>(), "the old records, in order");
     assert!(letters.iter().all(|l| l["condition"] == "RecordAgeExceeded" && l["attempts"] == 0), "{letters:#?}");
@@ -256,11 +256,11 @@ async fn a_partial_failure_checkpoints_the_records_before_it_and_unlimited_retri
     let (target, admin) = (streams.output(), admin_address());
     // No --max-retry-attempts: the default retries without limit, and the shard waits at the record.
     let flags = ["--output", &target, "--retry-backoff", "200ms", "--admin-listen", &admin, "--failover-time", "3s"];
-    let mut worker = start_with("forward", &input.name, &application, "w1", &flags);
+    let mut worker = start_with("forward", &input.name, application, "w1", &flags);
     worker.wait_for("the first lease pass", LIMIT, |log| log.iter().any(|l| l.contains("first lease pass done"))).await;
 
     let before = BTreeMap::from([(shard.clone(), sequence_numbers[5].clone())]);
-    until("the records before the failed one checkpointed", || async { checkpoints(&aws, &application).await == before }).await;
+    until("the records before the failed one checkpointed", || async { checkpoints(&aws, application).await == before }).await;
     until("three failed calls on the record", || async {
         let (_, metrics) = http_get(&admin, "/metrics").await;
         series(&metrics, "kcl_host_retry_attempts", Some(&shard)).is_some_and(|n| n >= 3.0)
@@ -268,7 +268,7 @@ async fn a_partial_failure_checkpoints_the_records_before_it_and_unlimited_retri
     .await;
     let text = std::cell::RefCell::new(String::new());
     until("status to show the shard retrying", || async {
-        let status = run_to_exit(&["status", "--application", &application], &[]).await.1;
+        let status = run_to_exit(&["status", "--application", application], &[]).await.1;
         text.replace(status);
         text.borrow().contains(" retrying ")
     })
@@ -276,7 +276,7 @@ async fn a_partial_failure_checkpoints_the_records_before_it_and_unlimited_retri
     let text = text.into_inner();
     let line = text.lines().find(|l| l.starts_with(&format!("{shard} retrying "))).unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains(" failures (no limit: blocked): processor failed at record 0"), "{line}");
-    let json: Value = serde_json::from_str(&run_to_exit(&["status", "--application", &application, "--json"], &[]).await.1).unwrap();
+    let json: Value = serde_json::from_str(&run_to_exit(&["status", "--application", application, "--json"], &[]).await.1).unwrap();
     let retrying = &json["shards"][0]["retrying"];
     assert_eq!(json["shards"][0]["state"], "retrying");
     assert!(retrying["attempts"].as_u64().is_some_and(|n| n >= 3) && retrying["limit"].is_null(), "{json}");
@@ -285,7 +285,7 @@ async fn a_partial_failure_checkpoints_the_records_before_it_and_unlimited_retri
     let outs = forwarded(&data(&out.read_all().await));
     let want: BTreeMap<(String, String), usize> = sequence_numbers[..6].iter().map(|seq| ((shard.clone(), seq.clone()), 1)).collect();
     assert_eq!(outs, want, "the six records before it, once each; nothing after it is skipped ahead");
-    assert_eq!(checkpoints(&aws, &application).await, before, "the checkpoint waits at the failing record");
+    assert_eq!(checkpoints(&aws, application).await, before, "the checkpoint waits at the failing record");
     let (status, log) = worker.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
     assert!(log.iter().any(|l| l.contains("checkpointing the 6 records before it, then delivering again from it")));
