@@ -194,6 +194,9 @@ pub struct RunArgs {
     /// Most leases stolen in one pass (maxLeasesToStealAtOneTime) [default: 1].
     #[arg(long, env = "KCL_HOST_MAX_LEASES_TO_STEAL")]
     pub max_leases_to_steal: Option<usize>,
+    /// How leases are renewed: `auto` lets each worker's heartbeat renew its leases while every lease owner is a kcl-host worker (no write per lease), and renews each lease as Java KCL does once a worker without a heartbeat (Java KCL) owns one; `per-lease` always renews each lease [default: auto].
+    #[arg(long, env = "KCL_HOST_LEASE_RENEWAL", value_parser = ["auto", "per-lease"])]
+    pub lease_renewal: Option<String>,
     /// Time without renewal after which a lease may be taken (failoverTimeMillis) [default: 10s].
     #[arg(long, env = "KCL_HOST_FAILOVER_TIME", allow_hyphen_values = true)]
     pub failover_time: Option<String>,
@@ -251,6 +254,7 @@ impl RunArgs {
             initial_timestamp: self.initial_timestamp.clone(),
             max_leases: self.max_leases,
             max_leases_to_steal: self.max_leases_to_steal,
+            lease_renewal: self.lease_renewal.clone(),
             failover_time: self.failover_time.clone(),
             shard_sync_interval: self.shard_sync_interval.clone(),
             idle_time_between_reads: self.idle_time_between_reads.clone(),

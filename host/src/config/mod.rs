@@ -9,6 +9,7 @@
 //! initial_position = "TRIM_HORIZON"  # or LATEST, or AT_TIMESTAMP with initial_timestamp
 //! max_leases = 64                    # maxLeasesForWorker
 //! max_leases_to_steal = 1            # maxLeasesToStealAtOneTime
+//! lease_renewal = "auto"             # or "per-lease": a renewal write per lease, always
 //! failover_time = "10s"              # failoverTimeMillis
 //! shard_sync_interval = "60s"        # shardSyncIntervalMillis
 //! idle_time_between_reads = "1s"     # idleTimeBetweenReadsInMillis
@@ -145,6 +146,17 @@ impl WorkerConfig {
             // an instance would be held and not processed.
             max_leases: positive("max_leases", layer.max_leases.unwrap_or(defaults.max_leases))?.min(runtime.max_instances as usize),
             max_leases_to_steal: layer.max_leases_to_steal.unwrap_or(defaults.max_leases_to_steal),
+            heartbeat_leases: match layer.lease_renewal.as_deref() {
+                None | Some("auto") => true,
+                Some("per-lease") => false,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        setting: "lease_renewal",
+                        value: other.to_owned(),
+                        reason: "use auto (the heartbeat renews the leases while only kcl-host workers own them) or per-lease".into(),
+                    });
+                }
+            },
         };
         let fetch_defaults = FetchSettings::default();
         let max_records = layer.max_records.unwrap_or(fetch_defaults.max_records);

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 pub use super::held::HeldLease;
 pub use super::held::{CheckpointFailure, Liveness};
 use super::renewer::{lock, HeldMap};
-pub use super::renewer::Renewer;
+pub use super::renewer::{LeaseCover, Renewer};
 use super::rules::{self, ExpiryTracker, Fleet, TakeSettings, View};
 use super::{Lease, LeaseError, LeaseScan, LeaseStore};
 
@@ -87,6 +87,8 @@ impl<S: LeaseStore> Coordinator<S> {
             let scan = self.store.scan().await?;
             let now = Instant::now();
             self.tracker.observe_leases(&scan.leases, now);
+            self.choose_renewal(&scan);
+            self.drop_taken_over(&scan.leases);
             self.leases = scan.leases.clone();
             let leases = self.without_unreadable_parents(scan);
             let held = self.held_keys();
@@ -130,6 +132,39 @@ impl<S: LeaseStore> Coordinator<S> {
             }
         }
         Ok(TakePass { taken, release: Vec::new(), short: true })
+    }
+
+    /// Heartbeat mode while the operator allows it and every lease's owner
+    /// is a kcl-host worker (a heartbeat row, live or dead): a Java KCL
+    /// worker judges a lease by its counter, so once one owns a lease (or
+    /// 3.x rows show a 3.x fleet) every lease is renewed on its own again.
+    fn choose_renewal(&mut self, scan: &LeaseScan) {
+        let foreign = scan.leases.iter().filter_map(|l| l.owner.as_deref()).find(|o| *o != self.worker_id && !self.fleet.live.contains(*o) && !self.fleet.dead.contains(*o));
+        let on = self.settings.heartbeat_leases && self.liveness.keeps_heartbeat() && foreign.is_none() && scan.kcl3_rows == 0;
+        if self.liveness.set_heartbeat_leases(on) {
+            match (on, foreign) {
+                (true, _) => tracing::info!("every lease owner is a kcl-host worker: the heartbeat renews the leases"),
+                (false, Some(owner)) => tracing::info!(owner, "a lease is owned by a worker without a heartbeat row (Java KCL?): renewing each lease"),
+                (false, None) => tracing::info!("renewing each lease (--lease-renewal per-lease, or Java KCL 3.x rows in the table)"),
+            }
+        }
+    }
+
+    /// Forgets a held lease the table shows taken by another worker since
+    /// this one last wrote it: a Java worker that judged it by its counter
+    /// in heartbeat mode. Its consumer stops (its checkpoints would be
+    /// refused anyway).
+    fn drop_taken_over(&mut self, leases: &[Lease]) {
+        let mut held = lock(&self.held);
+        for lease in leases {
+            let Some(mine) = held.get(&lease.key) else { continue };
+            let newer = mine.lease.try_lock().is_ok_and(|written| lease.counter > written.counter);
+            if newer && !lease.is_owned_by(&self.worker_id) {
+                tracing::warn!(shard = %lease.key, owner = ?lease.owner, "the lease was taken by another worker: stopping its processor");
+                mine.mark_lost();
+                held.remove(&lease.key);
+            }
+        }
     }
 
     fn view<'a>(&'a self, held: &'a HashSet<String>, now: Instant) -> View<'a> {
@@ -194,7 +229,7 @@ impl<S: LeaseStore> Coordinator<S> {
     /// that parent may not be finished, so its children wait (and the log
     /// says why, once per child).
     fn without_unreadable_parents(&mut self, scan: LeaseScan) -> Vec<Lease> {
-        let LeaseScan { leases, unreadable } = scan;
+        let LeaseScan { leases, unreadable, .. } = scan;
         leases
             .into_iter()
             .filter(|lease| {
@@ -214,7 +249,13 @@ impl<S: LeaseStore> Coordinator<S> {
     /// The renewer of this coordinator's leases, to run in its own task
     /// every `every`.
     pub fn renewer(&self, every: Duration) -> Renewer<S> {
-        Renewer { held: self.held.clone(), every, failed: Default::default() }
+        Renewer { held: self.held.clone(), liveness: self.liveness.clone(), every, failed: Default::default() }
+    }
+
+    /// What the heartbeat task tells of each beat written: it renews the
+    /// leases in heartbeat mode.
+    pub fn cover(&self) -> LeaseCover<S> {
+        LeaseCover { held: self.held.clone(), liveness: self.liveness.clone() }
     }
 
     /// Renews every held lease; returns (and forgets) the ones lost.
@@ -320,6 +361,67 @@ mod tests {
         let again: Vec<String> = a.take_pass().await.unwrap().taken.iter().map(|h| h.key().to_owned()).collect();
         assert_eq!(again.len(), 2, "both given-back shards are taken again, {:?} among them: {again:?}", release[0]);
         assert!(again.contains(&release[0]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_a_kcl_host_fleet_the_heartbeat_renews_the_leases_and_a_lapse_is_not_bridged() {
+        let store = Arc::new(MemoryStore::default());
+        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let cover = a.cover();
+        cover.heartbeat_written(Instant::now());
+        let held = a.take_pass().await.unwrap().taken.pop().unwrap();
+        assert!(a.liveness().heartbeat_leases(), "only kcl-host owners: heartbeat mode");
+        let counter = store.get("s0").unwrap().counter;
+        let renewer = a.renewer(Duration::from_secs(3));
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(3)).await;
+            cover.heartbeat_written(Instant::now());
+            assert!(renewer.renew_all().await.is_empty());
+            assert!(held.is_valid(), "kept valid by the heartbeat");
+        }
+        assert_eq!(store.get("s0").unwrap().counter, counter, "30 s without a renewal write");
+
+        // The heartbeat lapses for longer than the failover time: the next
+        // beat does not revive the lease; a renewal, fenced by the counter, does.
+        tokio::time::advance(Duration::from_secs(11)).await;
+        cover.heartbeat_written(Instant::now());
+        assert!(!held.is_valid(), "a lapse is not bridged by a later beat");
+        assert!(renewer.renew_all().await.is_empty(), "renewed, since nobody took it");
+        assert!(held.is_valid());
+        assert_eq!(store.get("s0").unwrap().counter, counter + 1);
+    }
+
+    #[tokio::test]
+    async fn an_owner_without_a_heartbeat_row_brings_back_a_renewal_per_lease() {
+        let store = Arc::new(MemoryStore::default());
+        for key in ["s0", "s1"] {
+            store.create(&Lease::new(key, Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        }
+        store.take(&store.get("s1").unwrap(), "java-worker").await.unwrap().unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        a.cover().heartbeat_written(Instant::now());
+        a.take_pass().await.unwrap();
+        assert!(!a.liveness().heartbeat_leases(), "s1's owner has no heartbeat row: Java KCL judges leases by their counters");
+        let counter = store.get("s0").unwrap().counter;
+        assert!(a.renewer(Duration::ZERO).renew_all().await.is_empty());
+        assert_eq!(store.get("s0").unwrap().counter, counter + 1, "renewed with a write");
+        let per_lease = Coordinator::new(store.clone(), "b", TakeSettings { heartbeat_leases: false, ..TakeSettings::default() });
+        per_lease.cover().heartbeat_written(Instant::now());
+        assert!(!per_lease.liveness().heartbeat_leases(), "--lease-renewal per-lease");
+    }
+
+    #[tokio::test]
+    async fn a_lease_taken_over_by_another_worker_is_dropped_at_the_next_pass() {
+        let store = Arc::new(MemoryStore::default());
+        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        let held = a.take_pass().await.unwrap().taken.pop().unwrap();
+        // A Java worker judged it expired by its counter and took it.
+        store.take(&store.get("s0").unwrap(), "java-worker").await.unwrap().unwrap();
+        assert!(held.is_valid(), "nothing told this worker yet");
+        a.take_pass().await.unwrap();
+        assert!(!held.is_valid(), "the scan shows it taken: its consumer stops");
     }
 
     #[tokio::test]

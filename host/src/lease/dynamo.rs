@@ -239,6 +239,10 @@ impl LeaseStore for DynamoStore {
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.error("Scan", e))?;
             for item in page.items() {
+                if item.contains_key("entityType") {
+                    scan.kcl3_rows += 1;
+                    continue;
+                }
                 match parse(item) {
                     Ok(lease) => scan.leases.push(lease),
                     Err(reason) => {

@@ -2,6 +2,7 @@
 //! worker's heartbeat), its fenced checkpoint writes, and one renewal.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 // tokio's clock: the lease simulation runs it paused, as a virtual clock.
@@ -27,16 +28,37 @@ pub enum CheckpointFailure {
 /// worker whose heartbeat stopped for the failover time, so no lease is
 /// valid once the heartbeat is that old. Before the first heartbeat (and
 /// where none is kept, as in unit tests) only the lease's own renewals count.
+///
+/// In heartbeat mode (every owner in the table is a kcl-host worker with a
+/// heartbeat) the heartbeat also renews every lease: each successful beat
+/// extends every lease still valid when it was sent, and no lease is
+/// renewed on its own.
 #[derive(Debug)]
 pub struct Liveness {
     valid_until: StdMutex<Option<Instant>>,
     failover_time: Duration,
+    heartbeat_leases: AtomicBool,
 }
 
 impl Liveness {
     /// No heartbeat yet: only the leases' own renewals count.
     pub(super) fn new(failover_time: Duration) -> Self {
-        Self { valid_until: StdMutex::new(None), failover_time }
+        Self { valid_until: StdMutex::new(None), failover_time, heartbeat_leases: AtomicBool::new(false) }
+    }
+
+    /// Whether this worker keeps a heartbeat (it wrote one).
+    pub fn keeps_heartbeat(&self) -> bool {
+        self.valid_until.lock().expect("not poisoned").is_some()
+    }
+
+    /// Whether the heartbeat renews the leases now (rather than a write per lease).
+    pub fn heartbeat_leases(&self) -> bool {
+        self.heartbeat_leases.load(Ordering::Relaxed)
+    }
+
+    /// Sets heartbeat mode; `true` when that changed it.
+    pub(super) fn set_heartbeat_leases(&self, on: bool) -> bool {
+        self.heartbeat_leases.swap(on, Ordering::Relaxed) != on
     }
 
     /// Records a heartbeat write that succeeded; `sent` is when it was sent.
@@ -124,6 +146,21 @@ impl<S: LeaseStore> HeldLease<S> {
     pub fn is_valid(&self) -> bool {
         let now = Instant::now();
         !*self.lost.borrow() && now < *self.valid_until.lock().expect("not poisoned") && self.liveness.is_valid(now)
+    }
+
+    /// A heartbeat sent at `sent` was written: in heartbeat mode it renews
+    /// this lease, if the lease was still valid then (a lapse is not
+    /// bridged: the next renewal, conditional on the counter, decides).
+    pub(super) fn cover(&self, sent: Instant) {
+        let mut until = self.valid_until.lock().expect("not poisoned");
+        if *until > sent {
+            *until = (*until).max(sent + self.settings.failover_time);
+        }
+    }
+
+    /// Whether the lease stays valid until at least `instant` as things are.
+    pub(super) fn valid_through(&self, instant: Instant) -> bool {
+        *self.valid_until.lock().expect("not poisoned") > instant
     }
 
     /// Whether the last successful write was sent after `instant`.

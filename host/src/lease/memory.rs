@@ -64,7 +64,7 @@ impl LeaseStore for MemoryStore {
     async fn scan(&self) -> Result<LeaseScan, LeaseError> {
         let _ = self.scans_held.subscribe().wait_for(|held| !held).await;
         let leases = self.rows.lock().unwrap().values().cloned().collect();
-        Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone() })
+        Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone(), kcl3_rows: 0 })
     }
 
     async fn create(&self, lease: &Lease) -> Result<bool, LeaseError> {

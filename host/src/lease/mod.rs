@@ -147,6 +147,10 @@ pub struct LeaseScan {
     pub leases: Vec<Lease>,
     /// Keys of rows that could not be read as leases.
     pub unreadable: BTreeSet<String>,
+    /// Rows Java KCL 3.x keeps beside the leases (with an `entityType`:
+    /// `LEADER`, `CLIENT_VERSION_MIGRATION`, `WORKER_METRIC_STATS`): left
+    /// alone; they say a 3.x fleet uses the table.
+    pub kcl3_rows: usize,
 }
 
 /// A lease table operation that failed for a reason other than a lost race.

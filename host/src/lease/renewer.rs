@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::held::{renew_by_deadline, HeldLease, Renewal};
+use super::held::{renew_by_deadline, HeldLease, Liveness, Renewal};
 use super::LeaseStore;
 
 /// The leases this worker holds, shared by the coordinator and its renewer.
@@ -18,9 +18,11 @@ pub(super) fn lock<S>(held: &HeldMap<S>) -> std::sync::MutexGuard<'_, HashMap<St
 }
 
 /// Renews the leases a [`Coordinator`](super::coordinator::Coordinator) holds; runs in a task of its own so a
-/// slow take pass, shard sync or ListShards never delays a renewal.
+/// slow take pass, shard sync or ListShards never delays a renewal. In
+/// heartbeat mode it renews only a lease the heartbeat no longer covers.
 pub struct Renewer<S> {
     pub(super) held: HeldMap<S>,
+    pub(super) liveness: Arc<Liveness>,
     /// The renewal period: a lease a checkpoint wrote within half of it
     /// needs no renewal yet.
     pub(super) every: Duration,
@@ -82,10 +84,17 @@ impl<S: LeaseStore> Renewer<S> {
         }
     }
 
-    /// The held leases a checkpoint did not write within half a period.
+    /// The held leases a checkpoint did not write within half a period; in
+    /// heartbeat mode, only those that will not stay valid through the next
+    /// period (the heartbeat lapsed).
     fn due(&self) -> Vec<Arc<HeldLease<S>>> {
-        let recently = Instant::now().checked_sub(self.every / 2);
-        lock(&self.held).values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect()
+        let now = Instant::now();
+        let held = lock(&self.held);
+        if self.liveness.heartbeat_leases() {
+            return held.values().filter(|l| !l.valid_through(now + self.every)).cloned().collect();
+        }
+        let recently = now.checked_sub(self.every / 2);
+        held.values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect()
     }
 
     /// Counts a failed renewal; `true` when the lease is lost (and then forgotten).
@@ -115,3 +124,34 @@ impl<S: LeaseStore> Renewer<S> {
     }
 }
 
+
+/// What a successful heartbeat does to a worker's leases: records it in
+/// the worker's [`Liveness`] and, in heartbeat mode, renews each lease
+/// still valid when it was sent. Cheap to clone, for the heartbeat task.
+pub struct LeaseCover<S> {
+    pub(super) held: HeldMap<S>,
+    pub(super) liveness: Arc<Liveness>,
+}
+
+impl<S> Clone for LeaseCover<S> {
+    fn clone(&self) -> Self {
+        Self { held: self.held.clone(), liveness: self.liveness.clone() }
+    }
+}
+
+impl<S: LeaseStore> LeaseCover<S> {
+    /// A heartbeat sent at `sent` was written.
+    pub fn heartbeat_written(&self, sent: Instant) {
+        self.liveness.beat(sent);
+        if self.liveness.heartbeat_leases() {
+            for lease in lock(&self.held).values() {
+                lease.cover(sent);
+            }
+        }
+    }
+
+    /// The worker's heartbeat clock.
+    pub fn liveness(&self) -> &Arc<Liveness> {
+        &self.liveness
+    }
+}

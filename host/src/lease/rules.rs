@@ -36,11 +36,15 @@ pub struct TakeSettings {
     pub max_leases: usize,
     /// `maxLeasesToStealAtOneTime` (default 1).
     pub max_leases_to_steal: usize,
+    /// Whether the heartbeat may renew the leases while every owner in the
+    /// table is a kcl-host worker (`--lease-renewal auto`, the default);
+    /// `false` writes a renewal per lease always, as Java KCL does.
+    pub heartbeat_leases: bool,
 }
 
 impl Default for TakeSettings {
     fn default() -> Self {
-        Self { failover_time: Duration::from_secs(10), max_leases: usize::MAX, max_leases_to_steal: 1 }
+        Self { failover_time: Duration::from_secs(10), max_leases: usize::MAX, max_leases_to_steal: 1, heartbeat_leases: true }
     }
 }
 
@@ -180,7 +184,9 @@ impl<'a> Census<'a> {
             } else if owner.is_none() {
                 census.free.push(lease);
             } else if owner.is_some_and(|o| view.fleet.dead.contains(o))
-                || view.tracker.is_expired(lease, view.now, settings.failover_time)
+                // A live kcl-host worker's lease never expires by its counter:
+                // its heartbeat may be what renews it.
+                || (owner.is_some_and(|o| !view.fleet.live.contains(o)) && view.tracker.is_expired(lease, view.now, settings.failover_time))
             {
                 census.expired.push(lease);
             } else {
@@ -196,16 +202,22 @@ impl<'a> Census<'a> {
 
 /// Decides which leases this worker should take in this pass.
 pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng: &mut fastrand::Rng) -> TakePlan {
-    let Census { mut leftover, mut expired, mut free, others, mine, target, .. } = Census::new(leases, view, settings);
+    let Census { leftover, mut expired, mut free, others, mine, target, .. } = Census::new(leases, view, settings);
     let mut need = target.saturating_sub(mine);
 
     // Spread workers that start together over different leases.
     rng.shuffle(&mut expired);
     rng.shuffle(&mut free);
     let mut plan = TakePlan::default();
-    leftover.append(&mut expired);
-    leftover.append(&mut free);
+    // This worker's own rows are taken back whatever the target (nobody
+    // else would take a live worker's lease); a later pass gives back any
+    // above the target.
     for lease in leftover {
+        plan.take.push(lease.clone());
+        need = need.saturating_sub(1);
+    }
+    expired.append(&mut free);
+    for lease in expired {
         if need == 0 {
             return plan;
         }

@@ -6,9 +6,11 @@
 //!
 //! Each simulated worker is a `Coordinator` plus the consumers the worker
 //! loop would run: one per lease a take pass returns, dropped when the
-//! renewal reports the lease lost or a pass gives the lease back. Two
-//! workers in three keep a heartbeat (and watch the others'); the third
-//! kind does not, as a Java KCL worker would not. Checked throughout:
+//! renewal reports the lease lost or a pass gives the lease back. In the
+//! mixed fleet two workers in three keep a heartbeat (and watch the
+//! others') and renew each lease; the third kind does not, as a Java KCL
+//! worker would not. In the kcl-host fleet every worker heartbeats, and the
+//! heartbeat renews the leases. Checked throughout:
 //! - no shard is delivered by two workers at once (valid and past
 //!   `deliver_after` on both);
 //! - no lease is taken while a parent is unfinished, none at `SHARD_END`.
@@ -88,13 +90,19 @@ struct Sim {
     next_shard: usize,
     next_worker: usize,
     tick: u64,
+    /// Whether every third worker keeps no heartbeat, as a Java KCL worker
+    /// would not (the others then renew each lease: `--lease-renewal
+    /// per-lease`); otherwise every worker heartbeats and the heartbeat
+    /// renews the leases.
+    mixed: bool,
 }
 
 impl Sim {
-    async fn new(shards: usize, workers: usize) -> Self {
+    async fn new(shards: usize, workers: usize, mixed: bool) -> Self {
         let mut sim = Sim {
             store: Arc::new(MemoryStore::default()),
-            settings: TakeSettings { failover_time: Duration::from_secs(10), max_leases: usize::MAX, max_leases_to_steal: 1 },
+            settings: TakeSettings { failover_time: Duration::from_secs(10), heartbeat_leases: !mixed, ..TakeSettings::default() },
+            mixed,
             workers: Vec::new(),
             heartbeats: HashMap::new(),
             open: Vec::new(),
@@ -123,11 +131,11 @@ impl Sim {
         let id = format!("w{}", self.next_worker);
         self.next_worker += 1;
         let coordinator = Coordinator::new(self.store.clone(), id.clone(), self.settings.clone());
-        let watch = (!self.next_worker.is_multiple_of(3)).then(|| FleetWatch::new(id.clone(), self.settings.failover_time));
+        let watch = (!self.mixed || !self.next_worker.is_multiple_of(3)).then(|| FleetWatch::new(id.clone(), self.settings.failover_time));
         if watch.is_some() {
             // The worker loop writes the first heartbeat before it takes anything.
             *self.heartbeats.entry(id.clone()).or_default() += 1;
-            coordinator.liveness().beat(tokio::time::Instant::now());
+            coordinator.cover().heartbeat_written(tokio::time::Instant::now());
         }
         self.workers.push(Worker { id, coordinator, consumers: HashMap::new(), watch, beating: true });
     }
@@ -229,7 +237,7 @@ impl Sim {
             let beat_tick = self.tick % TAKE_EVERY == i as u64 % TAKE_EVERY;
             if beat_tick && worker.beating && worker.watch.is_some() {
                 *self.heartbeats.entry(worker.id.clone()).or_default() += 1;
-                worker.coordinator.liveness().beat(tokio::time::Instant::now());
+                worker.coordinator.cover().heartbeat_written(tokio::time::Instant::now());
             }
             for lost in worker.coordinator.renew_all().await {
                 if worker.consumers.get(lost.key()).is_some_and(|c| c.id() == lost.id()) {
@@ -277,8 +285,8 @@ impl Sim {
     }
 }
 
-async fn run(shards: usize, workers: usize, events: Vec<Event>) -> Result<(), TestCaseError> {
-    let mut sim = Sim::new(shards, workers).await;
+async fn run(shards: usize, workers: usize, events: Vec<Event>, mixed: bool) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new(shards, workers, mixed).await;
     for event in events {
         sim.apply(event).await;
     }
@@ -318,6 +326,16 @@ proptest! {
         events in prop::collection::vec(event(), 0..120),
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
-        runtime.block_on(run(shards, workers, events))?;
+        runtime.block_on(run(shards, workers, events, true))?;
+    }
+
+    #[test]
+    fn heartbeat_leases_hold_the_same_rules_in_a_kcl_host_fleet(
+        shards in 1usize..12,
+        workers in 1usize..6,
+        events in prop::collection::vec(event(), 0..120),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        runtime.block_on(run(shards, workers, events, false))?;
     }
 }

@@ -176,7 +176,7 @@ impl Worker {
             me: me.clone(),
             process: process.clone(),
             swapper: swapper.clone(),
-            liveness: coordinator.liveness(),
+            cover: coordinator.cover(),
             retrying: retrying.clone(),
         };
         heartbeat.once(true).await?;

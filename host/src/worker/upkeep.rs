@@ -13,7 +13,8 @@ use crate::aws::{AwsClients, AwsError, Service};
 use crate::config::WorkerConfig;
 use crate::control::{self, ControlTable};
 use crate::failure::policy::RetryBoard;
-use crate::lease::coordinator::{HeldLease, Liveness, Renewer};
+use crate::lease::coordinator::{HeldLease, LeaseCover, Renewer};
+use crate::lease::dynamo::DynamoStore;
 use crate::lease::{Lease, LeaseError, LeaseStore};
 use crate::metrics::Metrics;
 use crate::shard;
@@ -28,8 +29,9 @@ pub(super) struct Beat {
     pub(super) process: String,
     /// The processor it runs.
     pub(super) swapper: Arc<Swapper>,
-    /// Told of each write that succeeded: the leases' validity.
-    pub(super) liveness: Arc<Liveness>,
+    /// Told of each write that succeeded: the leases' validity (and, in
+    /// heartbeat mode, their renewal).
+    pub(super) cover: LeaseCover<DynamoStore>,
     /// Its shards retrying failed records.
     pub(super) retrying: Arc<RetryBoard>,
 }
@@ -42,7 +44,7 @@ impl Beat {
         let sent = Instant::now();
         let ours = self.control.beat(&self.me, &self.swapper.current(), &self.process, claim, &self.retrying.snapshot()).await?;
         if ours {
-            self.liveness.beat(sent);
+            self.cover.heartbeat_written(sent);
         }
         Ok(ours)
     }
