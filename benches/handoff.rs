@@ -6,7 +6,9 @@
 //! - SIGTERM of one → the same, after a graceful stop.
 //!
 //! Then DynamoDB requests per lease-minute: 64 leases, 2 workers, failover
-//! 10 s, counted by each worker's SDK interceptor (its exit line); and a
+//! 10 s, counted by each worker's SDK interceptor (its exit line), with the
+//! heartbeat renewing the leases (`--lease-renewal auto`) and with a
+//! renewal per lease (`per-lease`); and a
 //! hot swap of 100 shards on one worker.
 //!
 //! Run with `bash scripts/servers.sh start && source .servers/env &&
@@ -24,15 +26,19 @@ const LIMIT: Duration = Duration::from_secs(120);
 const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 fn start(stream: &str, application: &str, worker: &str, failover: &str) -> KclHost {
+    start_with(stream, application, worker, failover, &[])
+}
+
+/// [`start`], with `extra` flags.
+fn start_with(stream: &str, application: &str, worker: &str, failover: &str, extra: &[&str]) -> KclHost {
     let processor = kcl_testkit::guest("counter").display().to_string();
     let cache = std::env::temp_dir().join("kcl-host-bench-cache").display().to_string();
-    KclHost::spawn(
-        env!("CARGO_BIN_EXE_kcl-host").as_ref(),
-        &[
-            "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
-            "--failover-time", failover, "--idle-time-between-reads", "200ms", "--cache-dir", &cache,
-        ],
-    )
+    let mut args = vec![
+        "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
+        "--failover-time", failover, "--idle-time-between-reads", "200ms", "--cache-dir", &cache,
+    ];
+    args.extend_from_slice(extra);
+    KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args)
 }
 
 /// Leases per owner, as the table says now.
@@ -93,15 +99,16 @@ fn requests(log: &[String]) -> BTreeMap<String, u64> {
         .collect()
 }
 
-async fn request_rates(steady: Duration) {
+async fn request_rates(steady: Duration, renewal: &str) {
     const SHARDS: i32 = 64;
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("bench-cost"), SHARDS).await;
     let application = unique("bench-cost-app");
     let started = Instant::now();
-    let mut a = start(&stream.name, &application, "w1", "10s");
+    let flags = ["--lease-renewal", renewal];
+    let mut a = start_with(&stream.name, &application, "w1", "10s", &flags);
     a.wait_for("the lease table", LIMIT, |log| log.iter().any(|l| l.contains("first lease pass done"))).await;
-    let mut b = start(&stream.name, &application, "w2", "10s");
+    let mut b = start_with(&stream.name, &application, "w2", "10s", &flags);
     until(&aws.dynamodb, &application, &[("w1", 32), ("w2", 32)], started).await;
     for w in [&mut a, &mut b] {
         w.wait_for("its share", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 32).await;
@@ -117,7 +124,7 @@ async fn request_rates(steady: Duration) {
         }
     }
     let lease_minutes = SHARDS as f64 * minutes;
-    println!("{SHARDS} leases, 2 workers, {minutes:.1} min (start-up included), per lease-minute:");
+    println!("--lease-renewal {renewal}: {SHARDS} leases, 2 workers, {minutes:.1} min (start-up included), per lease-minute:");
     for (op, n) in &total {
         println!("  {op:<28} {n:>7} requests  {:>6.2} per lease-minute", *n as f64 / lease_minutes);
     }
@@ -312,7 +319,9 @@ async fn main() {
         }
     }
     if wanted("requests") {
-        request_rates(Duration::from_secs(120)).await;
+        for renewal in ["auto", "per-lease"] {
+            request_rates(Duration::from_secs(120), renewal).await;
+        }
     }
     if wanted("swap") {
         swap("counter", 0).await;
