@@ -223,3 +223,37 @@ async fn a_deployed_component_larger_than_an_item_comes_back_whole_and_goes() {
     store.remove("9f2c1ab3d4e5").await.unwrap();
     assert_eq!(store.get("9f2c1ab3d4e5").await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn java_kcl_3_rows_are_left_alone_and_bring_back_a_renewal_per_lease() {
+    let aws = clients().await;
+    let table = unique("kcl3-table");
+    let store = Arc::new(DynamoStore::new(aws.dynamodb.clone(), &table));
+    store.ensure_table().await.unwrap();
+    let mut lease = java_rows()[0].clone();
+    lease.remove("leaseOwner");
+    let kcl3_rows = [
+        Item::from([("leaseKey".into(), s("Leader")), ("entityType".into(), s("LEADER")), ("leaderWorkerId".into(), s("java-3"))]),
+        Item::from([("leaseKey".into(), s("Migration3.0")), ("entityType".into(), s("CLIENT_VERSION_MIGRATION")), ("cv".into(), s("CLIENT_VERSION_3x"))]),
+        Item::from([("leaseKey".into(), s("java-3")), ("entityType".into(), s("WORKER_METRIC_STATS")), ("lut".into(), n(1_700_000_000))]),
+    ];
+    for row in kcl3_rows.iter().cloned().chain([lease]) {
+        aws.dynamodb.put_item().table_name(&table).set_item(Some(row)).send().await.unwrap();
+    }
+    let scan = store.scan().await.unwrap();
+    assert_eq!(scan.leases.len(), 1);
+    assert!(scan.unreadable.is_empty(), "not lease rows that cannot be read: {:?}", scan.unreadable);
+    assert_eq!(scan.kcl3_rows, 3);
+
+    let mut coordinator = Coordinator::new(store.clone(), "kcl-host-1", TakeSettings::default());
+    coordinator.cover().heartbeat_written(tokio::time::Instant::now());
+    assert_eq!(coordinator.take_pass().await.unwrap().taken.len(), 1);
+    assert!(!coordinator.liveness().heartbeat_leases(), "a 3.x fleet judges leases by their counters");
+    for row in &kcl3_rows {
+        let key = match &row["leaseKey"] {
+            AttributeValue::S(key) => key.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(&get(&aws.dynamodb, &table, &key).await, row, "{key} untouched");
+    }
+}
