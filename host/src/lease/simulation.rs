@@ -316,6 +316,12 @@ async fn run(shards: usize, workers: usize, events: Vec<Event>, mixed: bool) -> 
     Ok(())
 }
 
+/// [`run`] on tokio's paused clock.
+fn simulate(shards: usize, workers: usize, events: Vec<Event>, mixed: bool) -> Result<(), TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+    runtime.block_on(run(shards, workers, events, mixed))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -325,8 +331,7 @@ proptest! {
         workers in 1usize..6,
         events in prop::collection::vec(event(), 0..120),
     ) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
-        runtime.block_on(run(shards, workers, events, true))?;
+        simulate(shards, workers, events, true)?;
     }
 
     #[test]
@@ -335,7 +340,6 @@ proptest! {
         workers in 1usize..6,
         events in prop::collection::vec(event(), 0..120),
     ) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
-        runtime.block_on(run(shards, workers, events, false))?;
+        simulate(shards, workers, events, false)?;
     }
 }
