@@ -16,6 +16,8 @@ pub(crate) struct MemoryStore {
     unreadable: Arc<Mutex<BTreeSet<String>>>,
     /// While set, scans wait for it to be lifted (a slow table).
     scans_held: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Requests per operation, as DynamoDB would bill them (one per call).
+    requests: Arc<Mutex<BTreeMap<&'static str, u64>>>,
 }
 
 impl MemoryStore {
@@ -30,6 +32,15 @@ impl MemoryStore {
         change(row);
         row.counter += 1;
         Some(row.clone())
+    }
+
+    fn count(&self, operation: &'static str) {
+        *self.requests.lock().unwrap().entry(operation).or_default() += 1;
+    }
+
+    /// Requests per operation so far: `scan`, `take`, `renew`, `checkpoint`, `evict`, `create`.
+    pub(crate) fn requests(&self) -> BTreeMap<&'static str, u64> {
+        self.requests.lock().unwrap().clone()
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<Lease> {
@@ -63,11 +74,13 @@ impl LeaseStore for MemoryStore {
 
     async fn scan(&self) -> Result<LeaseScan, LeaseError> {
         let _ = self.scans_held.subscribe().wait_for(|held| !held).await;
+        self.count("scan");
         let leases = self.rows.lock().unwrap().values().cloned().collect();
         Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone(), kcl3_rows: 0 })
     }
 
     async fn create(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        self.count("create");
         let mut rows = self.rows.lock().unwrap();
         if rows.contains_key(&lease.key) {
             return Ok(false);
@@ -77,6 +90,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn take(&self, lease: &Lease, owner: &str) -> Result<Option<Lease>, LeaseError> {
+        self.count("take");
         if self.failing_takes.lock().unwrap().contains(&lease.key) {
             let message = "injected failure".to_owned();
             return Err(AwsError::Service { operation: "UpdateItem (take lease)", code: "InternalServerError".into(), message }.into());
@@ -90,10 +104,12 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Option<Lease>, LeaseError> {
+        self.count("renew");
         Ok(self.update(lease, true, |_| {}))
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>) -> Result<Option<Lease>, LeaseError> {
+        self.count("checkpoint");
         Ok(self.update(lease, true, |row| {
             row.checkpoint = checkpoint.clone();
             row.owner_switches_since_checkpoint = 0;
@@ -104,6 +120,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn evict(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        self.count("evict");
         Ok(self.update(lease, true, |row| row.owner = None).is_some())
     }
 

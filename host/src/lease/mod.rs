@@ -14,6 +14,8 @@ mod renewer;
 pub mod rules;
 #[cfg(test)]
 mod simulation;
+#[cfg(test)]
+mod scale;
 pub(crate) mod table;
 
 use std::collections::BTreeSet;

@@ -1,0 +1,225 @@
+//! The real [`Coordinator`] at fleet scale, on tokio's paused clock: 10,000
+//! leases and 200 kcl-host workers on one in-memory table, each worker on
+//! the worker loop's own rhythm (a heartbeat and a renewal round every third
+//! of the failover time, heartbeat reads every 500 ms, a take pass every two
+//! failover times and at once when the fleet changes). For each renewal
+//! mode it measures the lease table's requests per lease-minute (and the
+//! control table's, from the same rhythm), the time to balance after 20
+//! workers join and after 20 are killed, and checks throughout that no
+//! shard is delivered by two workers at once; once balanced, that every
+//! lease is held with a consumer and that nothing changes hands.
+//!
+//! Run with `cargo test -p kcl-host --release --lib lease::scale -- --ignored --nocapture`;
+//! figures go in docs/BENCHMARKS.md.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::coordinator::{Coordinator, HeldLease};
+use super::memory::MemoryStore;
+use super::rules::TakeSettings;
+use super::{Checkpoint, Lease, LeaseStore};
+use crate::control::{FleetWatch, Heartbeat};
+
+const LEASES: usize = 10_000;
+const WORKERS: usize = 200;
+const FAILOVER: Duration = Duration::from_secs(10);
+/// The heartbeat-read interval: one tick.
+const TICK: Duration = Duration::from_millis(500);
+/// A heartbeat and a renewal round every third of the failover time.
+const BEAT_TICKS: u64 = 7;
+/// A take pass every two failover times.
+const PASS_TICKS: u64 = 40;
+/// Rows of about 250 bytes: a scan of the table is this many 1 MB pages.
+const SCAN_PAGES: u64 = (LEASES as u64 * 250).div_ceil(1 << 20);
+
+struct Member {
+    id: String,
+    coordinator: Coordinator<MemoryStore>,
+    watch: FleetWatch,
+    consumers: HashMap<String, Arc<HeldLease<MemoryStore>>>,
+    /// Staggers the member's rhythm against the others'.
+    offset: u64,
+    short: bool,
+}
+
+struct Fleet {
+    store: Arc<MemoryStore>,
+    settings: TakeSettings,
+    members: Vec<Member>,
+    heartbeats: HashMap<String, u64>,
+    next_worker: usize,
+    tick: u64,
+    /// Control-table requests: heartbeat writes and heartbeat reads.
+    beats_written: u64,
+    beat_reads: u64,
+}
+
+impl Fleet {
+    async fn new(heartbeat_leases: bool) -> Self {
+        let store = Arc::new(MemoryStore::default());
+        for i in 0..LEASES {
+            store.create(&Lease::new(format!("shard-{i:05}"), Checkpoint::TrimHorizon, Default::default())).await.unwrap();
+        }
+        let settings = TakeSettings { failover_time: FAILOVER, heartbeat_leases, ..TakeSettings::default() };
+        let mut fleet = Fleet { store, settings, members: Vec::new(), heartbeats: HashMap::new(), next_worker: 0, tick: 0, beats_written: 0, beat_reads: 0 };
+        for _ in 0..WORKERS {
+            fleet.join();
+        }
+        fleet
+    }
+
+    fn join(&mut self) {
+        let id = format!("w{:03}", self.next_worker);
+        self.next_worker += 1;
+        let coordinator = Coordinator::new(self.store.clone(), id.clone(), self.settings.clone());
+        // The worker loop writes the first heartbeat before it takes anything.
+        *self.heartbeats.entry(id.clone()).or_default() += 1;
+        coordinator.cover().heartbeat_written(Instant::now());
+        let watch = FleetWatch::new(id.clone(), FAILOVER);
+        let offset = fastrand::u64(..PASS_TICKS);
+        self.members.push(Member { id, coordinator, watch, consumers: HashMap::new(), offset, short: true });
+    }
+
+    /// kill -9 of `n` workers: nothing given back, the heartbeat rows stay.
+    fn kill(&mut self, n: usize) -> Vec<String> {
+        (0..n).map(|_| self.members.remove(fastrand::usize(..self.members.len())).id).collect()
+    }
+
+    async fn step(&mut self) {
+        tokio::time::advance(TICK).await;
+        self.tick += 1;
+        let now = Instant::now();
+        let beats: Vec<Heartbeat> = self
+            .heartbeats
+            .iter()
+            .map(|(w, n)| Heartbeat { worker: w.clone(), heartbeat: *n, beat_ms: None, running: None, process: None, retrying: Default::default() })
+            .collect();
+        for member in &mut self.members {
+            let rhythm = self.tick + member.offset;
+            if rhythm.is_multiple_of(BEAT_TICKS) {
+                *self.heartbeats.get_mut(&member.id).expect("a live member's row") += 1;
+                self.beats_written += 1;
+                member.coordinator.cover().heartbeat_written(now);
+                for lost in member.coordinator.renewer(FAILOVER / 3).renew_all().await {
+                    if member.consumers.get(lost.key()).is_some_and(|c| c.id() == lost.id()) {
+                        member.consumers.remove(lost.key());
+                    }
+                }
+            }
+            self.beat_reads += 1;
+            let changed = member.watch.observe(&beats, now);
+            member.coordinator.set_fleet(member.watch.fleet().clone());
+            let expiring = member.coordinator.expiry_due().is_some_and(|due| due <= now);
+            if changed || member.short || expiring || rhythm.is_multiple_of(PASS_TICKS) {
+                let pass = member.coordinator.take_pass().await.unwrap();
+                member.short = pass.short;
+                for key in pass.release {
+                    member.consumers.remove(&key);
+                    member.coordinator.evict(&key).await.unwrap();
+                }
+                for held in pass.taken {
+                    member.consumers.insert(held.key().to_owned(), held);
+                }
+            }
+        }
+        self.check_exclusive();
+    }
+
+    /// No shard is delivered by two workers at once.
+    fn check_exclusive(&self) {
+        let now = Instant::now();
+        let mut holder: HashMap<&str, &str> = HashMap::new();
+        for member in &self.members {
+            for held in member.consumers.values().filter(|h| h.is_valid() && h.deliver_after() <= now) {
+                if let Some(other) = holder.insert(held.key(), &member.id) {
+                    panic!("{} delivered by {other} and {} at once", held.key(), member.id);
+                }
+            }
+        }
+    }
+
+    /// Whether every lease is held by a live member running a consumer for
+    /// it, and no member holds more than its share.
+    async fn balanced(&self) -> bool {
+        let owners: HashMap<&str, &Member> = self.members.iter().map(|m| (m.id.as_str(), m)).collect();
+        let share = LEASES.div_ceil(self.members.len());
+        let leases = self.store.list().await.unwrap();
+        let held = leases.iter().all(|l| {
+            l.owner.as_deref().and_then(|o| owners.get(o)).is_some_and(|m| m.consumers.get(&l.key).is_some_and(|c| c.is_valid()))
+        });
+        held && self.members.iter().all(|m| m.consumers.len() <= share)
+    }
+
+    /// Steps until [`Self::balanced`]; the virtual time it took.
+    async fn until_balanced(&mut self, limit: Duration) -> Duration {
+        let started = Instant::now();
+        while !self.balanced().await {
+            assert!(started.elapsed() < limit, "not balanced after {limit:?}");
+            self.step().await;
+        }
+        started.elapsed()
+    }
+
+    async fn owners(&self) -> Vec<Option<String>> {
+        self.store.list().await.unwrap().into_iter().map(|l| l.owner).collect()
+    }
+}
+
+/// One renewal mode: start, steady state, joins, kills; the figures as a line.
+async fn measure(heartbeat_leases: bool) -> String {
+    let mut fleet = Fleet::new(heartbeat_leases).await;
+    let start = fleet.until_balanced(Duration::from_secs(300)).await;
+
+    // Two minutes of steady state: requests, and no lease changes hands.
+    let before = fleet.store.requests();
+    let (beats, reads) = (fleet.beats_written, fleet.beat_reads);
+    let owners = fleet.owners().await;
+    let steady = Duration::from_secs(120);
+    for _ in 0..steady.as_millis() / TICK.as_millis() {
+        fleet.step().await;
+    }
+    assert_eq!(fleet.owners().await, owners, "leases changed hands in a steady fleet");
+    let lease_minutes = LEASES as f64 * steady.as_secs_f64() / 60.0;
+    let mut per_op: BTreeMap<String, f64> = BTreeMap::new();
+    for (op, n) in fleet.store.requests() {
+        let n = n - before.get(op).copied().unwrap_or(0);
+        let n = if op == "scan" { n * SCAN_PAGES } else { n };
+        per_op.insert(format!("lease {op}"), n as f64 / lease_minutes);
+    }
+    per_op.insert("heartbeat write".into(), (fleet.beats_written - beats) as f64 / lease_minutes);
+    per_op.insert("heartbeat read".into(), (fleet.beat_reads - reads) as f64 / lease_minutes);
+    let total: f64 = per_op.values().sum();
+
+    for _ in 0..20 {
+        fleet.join();
+    }
+    let joined = fleet.until_balanced(Duration::from_secs(600)).await;
+    let killed = fleet.kill(20);
+    let after_kill = fleet.until_balanced(Duration::from_secs(600)).await;
+    let leases = fleet.store.list().await.unwrap();
+    assert!(leases.iter().all(|l| l.owner.as_ref().is_none_or(|o| !killed.contains(o))), "a killed worker still owns a lease");
+
+    let ops: Vec<String> = per_op.iter().filter(|(_, v)| **v > 0.0).map(|(op, v)| format!("{op} {v:.3}")).collect();
+    format!(
+        "{}: start -> balanced {:.1} s; steady: {total:.2} requests per lease-minute ({}), 0 leases moved in {} s; 20 join -> balanced {:.1} s; 20 killed -> balanced {:.1} s",
+        if heartbeat_leases { "heartbeat leases" } else { "per-lease renewals" },
+        start.as_secs_f64(),
+        ops.join(", "),
+        steady.as_secs(),
+        joined.as_secs_f64(),
+        after_kill.as_secs_f64(),
+    )
+}
+
+#[test]
+#[ignore = "minutes in a debug build: run with --release (see the module's doc)"]
+fn ten_thousand_leases_and_two_hundred_workers_in_both_renewal_modes() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+    for heartbeat_leases in [true, false] {
+        println!("{}", runtime.block_on(measure(heartbeat_leases)));
+    }
+}
