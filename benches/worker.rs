@@ -2,7 +2,8 @@
 //! the `kcl-host` binary's own log:
 //! - start → every shard processing (its processor initialized), for 1, 16
 //!   and 64 shards;
-//! - parent `SHARD_END` written → first child record processed.
+//! - parent `SHARD_END` written → first child record processed;
+//! - with `-- thousand`: one worker on 1,000 shards (see [`thousand`]).
 //!
 //! Run with `bash scripts/servers.sh start && source .servers/env &&
 //! cargo bench -p kcl-host --bench worker`; figures go in docs/BENCHMARKS.md.
@@ -42,10 +43,72 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// One worker on a 1,000-shard stream, reading each shard every 10 s (the
+/// local Kinesis server, one Node.js process, answers about 100 GetRecords
+/// a second, so a faster pace would measure the server): start → all
+/// processing, idle memory and CPU, requests a second, then a second worker
+/// joins and the table shows 500 and 500.
+async fn thousand(cache: &str) {
+    const SHARDS: i32 = 1000;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-1000"), SHARDS).await;
+    let application = unique("bench-1000-app");
+    let processor = kcl_testkit::guest("counter").display().to_string();
+    let run = |worker: &str| {
+        KclHost::spawn(
+            env!("CARGO_BIN_EXE_kcl-host").as_ref(),
+            &["run", &processor, "--stream", &stream.name, "--application", &application, "--worker-id", worker, "--idle-time-between-reads", "10s", "--cache-dir", cache],
+        )
+    };
+    let started = Instant::now();
+    let mut one = run("w1");
+    one.wait_for("every shard initialized", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= SHARDS as usize).await;
+    let up = started.elapsed().as_secs_f64();
+    // Idle: every shard read, nothing to process.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let (cpu_before, idle_started) = (one.cpu_seconds(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let cpu = (one.cpu_seconds() - cpu_before) / idle_started.elapsed().as_secs_f64();
+    let rss = one.rss_mib();
+    let joined = Instant::now();
+    let mut two = run("w2");
+    loop {
+        let leases = kcl_testkit::leases(&aws.dynamodb, &application).await;
+        let second = leases.iter().filter(|l| l.owner.as_deref() == Some("w2")).count();
+        if second >= SHARDS as usize / 2 {
+            break;
+        }
+        assert!(joined.elapsed() < LIMIT, "w2 holds {second} leases after {LIMIT:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let handoff = joined.elapsed().as_secs_f64();
+    two.wait_for("its share initialized", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= SHARDS as usize / 2).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let (status, log) = one.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let _ = two.interrupt().await;
+    let requests = log.iter().find_map(|l| l.split_once("requests sent: ").map(|(_, r)| r.to_owned())).expect("the exit line");
+    let per_second = |prefix: &str| -> f64 {
+        requests.split_whitespace().filter_map(|p| p.split_once('=')).filter(|(op, _)| op.starts_with(prefix)).map(|(_, n)| n.parse::<f64>().unwrap()).sum::<f64>() / elapsed
+    };
+    println!(
+        "1,000 shards, one worker: start -> all processing {up:.2} s; idle RSS {rss:.0} MiB, idle CPU {:.1}% of a core; \
+         GetRecords {:.0}/s, DynamoDB {:.1}/s (whole run, w1); second worker joins -> it holds 500 {handoff:.2} s",
+        cpu * 100.0,
+        per_second("Kinesis.GetRecords"),
+        per_second("DynamoDB."),
+    );
+}
+
+/// `cargo bench --bench worker [-- thousand]`: start-up and child pickup, or 1,000 shards on one worker.
 #[tokio::main]
 async fn main() {
     let aws = clients().await;
     let cache = std::env::temp_dir().join("kcl-host-bench-cache").display().to_string();
+    if std::env::args().any(|a| a == "thousand") {
+        thousand(&cache).await;
+        return;
+    }
 
     for shards in [1, 16, 64] {
         let stream = TestStream::create(&aws.kinesis, &unique("bench-start"), shards).await;

@@ -103,6 +103,18 @@ impl KclHost {
         ticks as f64 / 100.0
     }
 
+    /// Resident memory of the process now, in MiB (`VmRSS`).
+    pub fn rss_mib(&self) -> f64 {
+        let pid = self.child.id().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process's /proc status");
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("a VmRSS line");
+        kib / 1024.0
+    }
+
     /// Sends a signal (SIGSTOP, SIGCONT, ...) and returns at once.
     pub fn signal(&self, signal: i32) {
         let pid = self.child.id().expect("running") as i32;
