@@ -274,7 +274,7 @@ impl ShardMetrics {
         self.metrics.restarts.get_or_create(&self.labels).inc();
     }
 
-    /// The failure policy did `action` once (see [`POLICY_ACTIONS`]).
+    /// The failure policy did `action` once: `retry`, `bisect`, `dead-letter` or `skipped`.
     pub fn failure_event(&self, action: &'static str) {
         self.failure_events(action, 1);
     }

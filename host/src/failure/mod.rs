@@ -7,7 +7,7 @@
 //!
 //! One file per role: [`policy`] (the per-shard state: which records are
 //! failing, how often, what to do next), [`dead_letter`] (the envelope and
-//! where it goes) and [`deliver`] (a batch delivered under the policy, used
+//! where it goes) and [`mod@deliver`] (a batch delivered under the policy, used
 //! by `kcl-host run` and `kcl-host replay` alike).
 //!
 //! What counts as a failure: an error the processor returns (`retryable`,

@@ -1,5 +1,7 @@
 //! Shard leases in DynamoDB, in the Java KCL's table format, and the rules
-//! for taking, renewing, stealing and releasing them.
+//! for taking, renewing, stealing and releasing them. A lease is renewed by
+//! a write of its own (as Java KCL does) or, while only kcl-host workers own
+//! leases, by its worker's heartbeat ([`coordinator::LeaseCover`]).
 //!
 //! This module knows nothing of WebAssembly. Its rules ([`rules`]) are pure
 //! functions of the table's contents and a clock, tested against an

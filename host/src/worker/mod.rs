@@ -6,7 +6,9 @@
 //! shards to leases and takes every lease it should at once. Then, each in
 //! its own rhythm:
 //! - the heartbeat and the renewals, every third of the failover time, each
-//!   in a task of its own (`upkeep.rs`), no renewal waiting on another;
+//!   in a task of its own (`upkeep.rs`), no renewal waiting on another (in
+//!   heartbeat mode each beat renews the leases, and the renewal task only
+//!   renews a lease the heartbeat no longer covers);
 //! - the heartbeats of the fleet, every [`control::poll_interval`] and at the
 //!   moment a worker would die: a worker that joined, stopped or died starts
 //!   a take pass at once (which also gives back leases above this worker's
