@@ -196,8 +196,7 @@ impl Hooks for ReplayHooks {
         if self.stop_at_failure {
             *self.failure.lock().expect("not poisoned") = Some(error.clone());
         } else if !matches!(step, Step::GiveUp { .. }) {
-            // The first line: a trap's backtrace says nothing here.
-            println!("{}; {step}", error.to_string().lines().next().unwrap_or_default());
+            println!("{}; {step}", error.summary());
         }
     }
 

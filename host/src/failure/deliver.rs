@@ -121,7 +121,7 @@ pub async fn deliver<H: Hooks>(instance: &mut ShardInstance, batch: &mut Batch, 
                 }
             }
             Step::GiveUp { records, condition, attempts } => {
-                let message = error.to_string();
+                let message = error.summary();
                 let why = GiveUp { shard, condition, attempts, error: &message, processor };
                 if let Some(end) = give_up(instance, &head.slice(0, records), &why, dead_letters, hooks).await {
                     return end;

@@ -257,7 +257,7 @@ impl FailurePolicy {
                 versions: BTreeSet::new(),
             },
         };
-        failing.last_error = error.to_string();
+        failing.last_error = error.summary();
         failing.versions.insert(version.to_owned());
 
         if let CallError::FailedAt { index, .. } = error {

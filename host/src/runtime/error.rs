@@ -45,6 +45,18 @@ impl CallError {
         matches!(self, CallError::Retryable(_) | CallError::Fatal(_) | CallError::FailedAt { .. } | CallError::OutputsUnwritten(_))
     }
 
+    /// The error in one line: a trap's cause without its wasm backtrace
+    /// (the log has the whole of it), for a dead letter and `status`.
+    pub fn summary(&self) -> String {
+        match self {
+            CallError::Trap(detail) => {
+                let cause = detail.lines().rev().map(str::trim).find(|line| !line.is_empty()).unwrap_or_default();
+                format!("processor trapped: {cause}")
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Whether the processor failed on its input (an error it returned, a
     /// trap, a deadline, the memory cap): what the failure policy counts.
     /// A withdrawn call or outputs that could not be written are not the
