@@ -301,10 +301,18 @@ mod tests {
     use std::collections::BTreeSet;
     use crate::lease::Checkpoint;
 
+    /// A table of free leases `keys`, none with parents.
+    async fn table(keys: &[&str]) -> Arc<MemoryStore> {
+        let store = Arc::new(MemoryStore::default());
+        for key in keys {
+            store.create(&Lease::new(*key, Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        }
+        store
+    }
+
     #[tokio::test]
     async fn checkpoints_are_fenced_once_another_worker_takes_the_lease() {
-        let store = Arc::new(MemoryStore::default());
-        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let store = table(&["s0"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let held = a.take_pass().await.unwrap().taken.pop().unwrap();
         let position = crate::records::Position::new("5", 0).unwrap();
@@ -323,8 +331,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lease_whose_consumer_ended_is_taken_again() {
-        let store = Arc::new(MemoryStore::default());
-        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let store = table(&["s0"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let first = a.take_pass().await.unwrap().taken.pop().unwrap();
         // The consumer stops (its validity ran out) while renewals still succeed.
@@ -341,10 +348,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lease_lost_while_it_was_being_given_back_is_taken_again() {
-        let store = Arc::new(MemoryStore::default());
-        for i in 0..4 {
-            store.create(&Lease::new(format!("s{i}"), Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
-        }
+        let store = table(&["s0", "s1", "s2", "s3"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let taken = a.take_pass().await.unwrap().taken;
         a.set_fleet(Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: BTreeSet::new() });
@@ -365,8 +369,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn in_a_kcl_host_fleet_the_heartbeat_renews_the_leases_and_a_lapse_is_not_bridged() {
-        let store = Arc::new(MemoryStore::default());
-        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let store = table(&["s0"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let cover = a.cover();
         cover.heartbeat_written(Instant::now());
@@ -394,10 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_owner_without_a_heartbeat_row_brings_back_a_renewal_per_lease() {
-        let store = Arc::new(MemoryStore::default());
-        for key in ["s0", "s1"] {
-            store.create(&Lease::new(key, Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
-        }
+        let store = table(&["s0", "s1"]).await;
         store.take(&store.get("s1").unwrap(), "java-worker").await.unwrap().unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         a.cover().heartbeat_written(Instant::now());
@@ -413,8 +413,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lease_taken_over_by_another_worker_is_dropped_at_the_next_pass() {
-        let store = Arc::new(MemoryStore::default());
-        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let store = table(&["s0"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let held = a.take_pass().await.unwrap().taken.pop().unwrap();
         // A Java worker judged it expired by its counter and took it.
@@ -437,8 +436,7 @@ mod tests {
 
     #[tokio::test]
     async fn renewals_go_on_while_a_take_pass_waits_on_the_table() {
-        let store = Arc::new(MemoryStore::default());
-        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let store = table(&["s0"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         a.take_pass().await.unwrap();
         let renewer = a.renewer(Duration::ZERO);
@@ -453,10 +451,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_take_does_not_lose_the_others_of_the_pass() {
-        let store = Arc::new(MemoryStore::default());
-        for key in ["s0", "s1", "s2"] {
-            store.create(&Lease::new(key, Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
-        }
+        let store = table(&["s0", "s1", "s2"]).await;
         store.fail_takes_of("s1");
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let mut taken: Vec<String> = a.take_pass().await.unwrap().taken.iter().map(|h| h.key().to_owned()).collect();
@@ -466,8 +461,7 @@ mod tests {
 
     #[tokio::test]
     async fn eviction_lets_another_worker_take_the_lease_at_once() {
-        let store = Arc::new(MemoryStore::default());
-        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let store = table(&["s0"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let held = a.take_pass().await.unwrap().taken.pop().unwrap();
         a.evict("s0").await.unwrap();
@@ -478,8 +472,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lease_a_checkpoint_just_wrote_is_not_renewed() {
-        let store = Arc::new(MemoryStore::default());
-        store.create(&Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
+        let store = table(&["s0"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let held = a.take_pass().await.unwrap().taken.pop().unwrap();
         let position = crate::records::Position::new("5", 0).unwrap();
@@ -493,10 +486,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_above_its_share_releases_to_a_heartbeating_newcomer() {
-        let store = Arc::new(MemoryStore::default());
-        for i in 0..4 {
-            store.create(&Lease::new(format!("s{i}"), Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
-        }
+        let store = table(&["s0", "s1", "s2", "s3"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         assert_eq!(a.take_pass().await.unwrap().taken.len(), 4);
         let fleet = Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: BTreeSet::new() };
