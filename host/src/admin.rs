@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
@@ -15,6 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::clock;
 use crate::lease::coordinator::Liveness;
 use crate::metrics::Metrics;
 use crate::swap::Swapper;
@@ -43,14 +44,10 @@ pub struct Health {
     short_since_ms: AtomicU64,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
-}
-
 impl Health {
     /// A health view of `liveness`; the loop is stuck once it has not run for `loop_limit`.
     pub fn new(liveness: Arc<Liveness>, loop_limit: Duration) -> Self {
-        Self { liveness, loop_seen_ms: AtomicU64::new(now_ms()), loop_limit, short_since_ms: AtomicU64::new(0) }
+        Self { liveness, loop_seen_ms: AtomicU64::new(clock::unix_ms()), loop_limit, short_since_ms: AtomicU64::new(0) }
     }
 
     /// The last take pass found this worker short of its share (or could
@@ -58,7 +55,7 @@ impl Health {
     pub fn short_of_share(&self, short: bool) {
         if short {
             // Since the first pass that found it short.
-            let _ = self.short_since_ms.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+            let _ = self.short_since_ms.compare_exchange(0, clock::unix_ms(), Ordering::Relaxed, Ordering::Relaxed);
         } else {
             self.short_since_ms.store(0, Ordering::Relaxed);
         }
@@ -66,7 +63,7 @@ impl Health {
 
     /// The main loop went round.
     pub fn loop_ran(&self) {
-        self.loop_seen_ms.store(now_ms(), Ordering::Relaxed);
+        self.loop_seen_ms.store(clock::unix_ms(), Ordering::Relaxed);
     }
 
     /// `Err` says what is wrong.
@@ -74,12 +71,12 @@ impl Health {
         if !self.liveness.is_valid(tokio::time::Instant::now()) {
             return Err("the heartbeat is overdue: this worker's leases are not valid".into());
         }
-        let idle = now_ms().saturating_sub(self.loop_seen_ms.load(Ordering::Relaxed));
+        let idle = clock::unix_ms().saturating_sub(self.loop_seen_ms.load(Ordering::Relaxed));
         if idle > self.loop_limit.as_millis() as u64 {
             return Err(format!("the worker loop has not run for {idle} ms"));
         }
         let short_since = self.short_since_ms.load(Ordering::Relaxed);
-        let short = if short_since == 0 { 0 } else { now_ms().saturating_sub(short_since) };
+        let short = if short_since == 0 { 0 } else { clock::unix_ms().saturating_sub(short_since) };
         if short > self.loop_limit.as_millis() as u64 {
             return Err(format!("this worker has been short of its share of the leases for {short} ms"));
         }

@@ -24,7 +24,7 @@
 //! by the others once it has been still for [`FORGET_AFTER`] failover times.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
@@ -130,7 +130,7 @@ impl ControlTable {
     /// process has taken the worker id over.
     /// `retrying` lists its shards retrying failed records (for `status`).
     pub async fn beat(&self, worker: &str, running: &Version, process: &str, claim: bool, retrying: &BTreeMap<String, Retrying>) -> Result<bool, LeaseError> {
-        let millis = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+        let millis = crate::clock::unix_ms();
         let mut expression =
             "ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source, process = :process".to_owned();
         let mut update = self

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod aws;
 pub mod backoff;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod failure;

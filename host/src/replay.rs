@@ -4,12 +4,13 @@
 use std::io::BufRead;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use aws_smithy_types::date_time::{DateTime, Format};
 use base64::Engine as _;
 use serde::Deserialize;
 
+use crate::clock;
 use crate::failure::deliver::Delivery;
 use crate::failure::policy::{Retrying, Step};
 use crate::failure::{self, Condition, DeadLetters, Delivered, FailurePolicy, FailureSettings, Hooks};
@@ -45,7 +46,7 @@ pub enum InputError {
 /// Missing fields are generated; blank lines are skipped. A KPL aggregate
 /// becomes its user records, as in `kcl-host run`.
 pub fn read_records(input: impl BufRead) -> Result<Batch, InputError> {
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let now_ms = clock::unix_ms();
     let mut records = Batch::default();
     let mut last: Option<Position> = None;
     for (index, line) in input.lines().enumerate() {
@@ -295,7 +296,7 @@ fn behind_latest_ms(batch: &Batch, records_after: usize) -> u64 {
     if records_after == 0 {
         return 0;
     }
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let now = clock::unix_ms();
     batch.arrival_timestamps_ms.last().map_or(0, |arrival| now.saturating_sub(*arrival))
 }
 

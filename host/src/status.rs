@@ -5,11 +5,12 @@
 //! show as `owned`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::aws::AwsClients;
+use crate::clock;
 use crate::fetch::StartingPosition;
 use crate::control::{ControlTable, Version};
 use crate::failure::policy::Retrying;
@@ -116,10 +117,6 @@ pub struct DeployedRow {
     pub previous: Option<String>,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
-}
-
 /// Reads both tables. A heartbeat older than `failover_time` counts as stopped.
 pub async fn read(clients: &AwsClients, application: &str, failover_time: Duration) -> Result<Report, LeaseError> {
     let store = DynamoStore::new(clients.dynamodb.clone(), application);
@@ -133,7 +130,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
     };
     let heartbeats = control.heartbeats;
     let running: HashMap<&str, &Version> = heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), h.running.as_ref()?))).collect();
-    let now = now_ms();
+    let now = clock::unix_ms();
     let ages: HashMap<&str, Option<u64>> =
         heartbeats.iter().map(|h| (h.worker.as_str(), h.beat_ms.map(|ms| now.saturating_sub(ms)))).collect();
     let retrying: HashMap<(&str, &str), &Retrying> =
@@ -242,7 +239,7 @@ pub fn render(report: &Report) -> String {
         }
         out.push('\n');
     }
-    let now = now_ms();
+    let now = clock::unix_ms();
     for row in &report.shards {
         let Some(retrying) = &row.retrying else { continue };
         let limit = retrying.limit.map_or("no limit: blocked".to_owned(), |n| format!("gives up after {}", n + 1));
@@ -287,7 +284,7 @@ mod tests {
                 counter: 123_456_789,
                 parents: vec![],
                 lag_ms: Some(1_234_567),
-                retrying: (i == 7).then(|| Retrying { since_ms: now_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
+                retrying: (i == 7).then(|| Retrying { since_ms: clock::unix_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
             })
             .collect();
         let workers = vec![WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500), processor: Some("9f2c1ab3d4e5".into()) }];

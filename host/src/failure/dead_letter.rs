@@ -20,7 +20,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_smithy_types::date_time::{DateTime, Format};
 use base64::Engine as _;
@@ -28,6 +27,7 @@ use serde::Serialize;
 
 use super::FailureSettings;
 use crate::aws::AwsClients;
+use crate::clock;
 use crate::output::record::OutRecord;
 use crate::output::{OutputSpec, Outputs};
 use crate::records::{Batch, Record};
@@ -99,10 +99,6 @@ fn rfc3339(ms: u64) -> String {
     DateTime::from_millis(ms as i64).fmt(Format::DateTime).unwrap_or_else(|_| ms.to_string())
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
-}
-
 impl<'a> DeadLetter<'a> {
     /// The envelope of `record`.
     pub fn new(stream: &'a str, record: &Record<'a>, why: &GiveUp<'a>) -> Self {
@@ -120,7 +116,7 @@ impl<'a> DeadLetter<'a> {
             attempts: why.attempts,
             error: why.error,
             processor: why.processor,
-            given_up_at: rfc3339(now_ms()),
+            given_up_at: rfc3339(clock::unix_ms()),
         }
     }
 

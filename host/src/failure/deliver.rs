@@ -3,10 +3,11 @@
 //! [`Hooks`]: how to wait (a worker stops waiting when its lease is lost),
 //! and what to count and log.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::dead_letter::{Condition, DeadLetters, GiveUp};
-use super::policy::{FailurePolicy, Retrying, Step};
+use super::policy::{keeps_instance, FailurePolicy, Retrying, Step};
+use crate::clock;
 use crate::records::Batch;
 use crate::runtime::{CallError, CheckpointError, ShardInstance};
 
@@ -58,10 +59,6 @@ pub struct Delivery<'a> {
     pub processor: &'a str,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
-}
-
 /// Delivers `batch` to `instance`: the whole batch in one call while
 /// nothing fails; after a failure, the slices the policy says, with its
 /// retries, partial checkpoints, bisection and give-ups. Records older than
@@ -73,7 +70,7 @@ pub async fn deliver<H: Hooks>(instance: &mut ShardInstance, batch: &mut Batch, 
         if let Err(stop) = hooks.check() {
             return Delivered::Stopped(stop);
         }
-        let old = policy.too_old(batch, from, now_ms());
+        let old = policy.too_old(batch, from, clock::unix_ms());
         if old > 0 {
             let why = GiveUp { shard, condition: Condition::RecordAgeExceeded, attempts: 0, error: "older than --max-record-age", processor };
             if let Some(end) = give_up(instance, &batch.slice(from, old), &why, dead_letters, hooks).await {
@@ -128,7 +125,7 @@ pub async fn deliver<H: Hooks>(instance: &mut ShardInstance, batch: &mut Batch, 
                 }
                 hooks.retrying(None);
                 from += records;
-                if !error.instance_survives() || matches!(error, CallError::Fatal(_)) {
+                if !keeps_instance(&error) {
                     return Delivered::Restart(format!("process-records failed: {error}; gave up on {records} records, so the next instance starts after them"));
                 }
             }

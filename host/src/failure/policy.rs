@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use super::dead_letter::Condition;
 use super::FailureSettings;
 use crate::backoff::Backoff;
+use crate::clock;
 use crate::records::{Batch, Position};
 use crate::runtime::CallError;
 
@@ -154,7 +155,8 @@ struct Failing {
     halves: Vec<Position>,
     /// Failed calls on exactly this range.
     attempts: u32,
-    since: SystemTime,
+    /// When the records first failed, in ms since the Unix epoch.
+    since_ms: u64,
     last_error: String,
     /// The versions that failed on these records (or on the range they
     /// were bisected from).
@@ -252,7 +254,7 @@ impl FailurePolicy {
                 last,
                 halves: Vec::new(),
                 attempts: 1,
-                since: SystemTime::now(),
+                since_ms: clock::unix_ms(),
                 last_error: String::new(),
                 versions: BTreeSet::new(),
             },
@@ -318,7 +320,7 @@ impl FailurePolicy {
     /// The shard is retrying: since when, how often, why.
     pub fn retrying(&self) -> Option<Retrying> {
         self.failing.as_ref().map(|f| Retrying {
-            since_ms: f.since.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64,
+            since_ms: f.since_ms,
             attempts: f.attempts,
             last_error: f.last_error.clone(),
             limit: self.settings.max_retry_attempts,
@@ -340,8 +342,8 @@ impl FailurePolicy {
 }
 
 /// Whether the same instance gets the records again (the processor asked
-/// for that), rather than a fresh one.
-fn keeps_instance(error: &CallError) -> bool {
+/// for that, or only its outputs failed), rather than a fresh one.
+pub(crate) fn keeps_instance(error: &CallError) -> bool {
     matches!(error, CallError::Retryable(_) | CallError::FailedAt { .. } | CallError::OutputsUnwritten(_))
 }
 

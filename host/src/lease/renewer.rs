@@ -149,9 +149,4 @@ impl<S: LeaseStore> LeaseCover<S> {
             }
         }
     }
-
-    /// The worker's heartbeat clock.
-    pub fn liveness(&self) -> &Arc<Liveness> {
-        &self.liveness
-    }
 }

@@ -94,7 +94,7 @@ pub(super) fn process_name() -> String {
 /// for one heartbeat period, and only one that moves meanwhile refuses.
 pub(super) async fn check_unique(control: &ControlTable, me: &str, read: &control::ControlRead, failover: Duration) -> Result<(), WorkerError> {
     let Some(row) = read.heartbeats.iter().find(|h| h.worker == me) else { return Ok(()) };
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let now_ms = crate::clock::unix_ms();
     // Twice the failover time: room for clocks that disagree.
     if row.beat_ms.is_some_and(|ms| now_ms.saturating_sub(ms) > 2 * failover.as_millis() as u64) {
         return Ok(());
