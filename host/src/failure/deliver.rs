@@ -86,10 +86,10 @@ pub async fn deliver<H: Hooks>(instance: &mut ShardInstance, batch: &mut Batch, 
         let started = Instant::now();
         let error = match instance.process_records(head).await {
             Ok(()) => {
-                let was_retrying = policy.retrying().is_some();
+                let was_retrying = policy.is_retrying();
                 policy.succeeded(head);
                 hooks.processed(head, started.elapsed());
-                if was_retrying && policy.retrying().is_none() {
+                if was_retrying && !policy.is_retrying() {
                     hooks.retrying(None);
                 }
                 from += n;

@@ -317,6 +317,11 @@ impl FailurePolicy {
         }
     }
 
+    /// Whether some records are failing.
+    pub fn is_retrying(&self) -> bool {
+        self.failing.is_some()
+    }
+
     /// The shard is retrying: since when, how often, why.
     pub fn retrying(&self) -> Option<Retrying> {
         self.failing.as_ref().map(|f| Retrying {
