@@ -333,3 +333,38 @@ async fn a_swap_while_outputs_are_in_flight_loses_none_of_them() {
     assert!(status.success(), "{}", log.join("\n"));
     assert!(log.iter().any(|l| l.contains("-> ") && l.contains("kcl-test-guest-forward@2.0.0")), "the exit line names both versions");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_and_dead_letters_follow_a_reshard_and_no_checkpoint_is_ever_ahead_of_them() {
+    let aws = clients().await;
+    let (input, output, dlq, application) = (unique("split-in"), unique("split-out"), unique("split-dlq"), unique("split-app"));
+    let input = TestStream::create(&aws.kinesis, &input, 1).await;
+    let output = TestStream::create(&aws.kinesis, &output, 1).await;
+    let dlq = TestStream::create(&aws.kinesis, &dlq, 1).await;
+    let parent = input.shards().await[0].id.clone();
+    // The parent holds a record the guest traps on: it is isolated and dead-lettered before SHARD_END.
+    let mut before = payloads("parent", 30);
+    before[17] = "trap".into();
+    input.put(&parent, &before).await;
+    let (target, on_failure) = (format!("out=kinesis:{}", output.name), format!("kinesis:{}", dlq.name));
+    let flags = ["--output", &target, "--on-failure", &on_failure, "--bisect-on-error", "--max-retry-attempts", "1", "--retry-backoff", "50ms"];
+    let mut worker = start_with("forward", &input.name, &application, "w1", &flags);
+    worker.wait_for("the parent's records forwarded", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 29).await;
+    let children = input.split(&parent).await;
+    for child in &children {
+        input.put(child, &payloads(child, 20)).await;
+    }
+    let ins: Vec<StreamRecord> = input.read_all().await.into_iter().filter(|r| r.data != "trap").collect();
+    assert_eq!(ins.len(), 29 + 40);
+    all_forwarded(&ins, &output, &aws, &application, &worker).await;
+    let lease_rows = leases(&aws.dynamodb, &application).await;
+    assert_eq!(lease(&lease_rows, &parent).checkpoint, Checkpoint::ShardEnd, "the parent ended past its dead letter");
+    let letters: Vec<Value> = dlq.read_all().await.iter().map(|r| serde_json::from_str(&r.data).unwrap()).collect();
+    assert_eq!(letters.len(), 1, "{letters:#?}");
+    assert_eq!(letters[0]["shard"], parent.as_str());
+    let outs = forwarded(&data(&output.read_all().await));
+    assert!(behind_checkpoint(&ins, &checkpoints(&aws, &application).await, &outs).is_empty(), "no checkpoint ahead of its outputs");
+    assert!(ins.iter().all(|r| outs.get(&(r.shard.clone(), r.sequence_number.clone())) == Some(&1)), "each forwarded once: {outs:?}");
+    let (status, log) = worker.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+}
