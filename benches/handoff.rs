@@ -5,6 +5,10 @@
 //! - kill -9 of one → the table shows all 8 with the survivor;
 //! - SIGTERM of one → the same, after a graceful stop.
 //!
+//! Then the watchers: three workers on 9 shards, kill -9 of the watcher and
+//! SIGTERM of the next, with the third reading the heartbeats every 2 s
+//! (`--fleet-heartbeat-reads 1`, so the deputy covers) and every 500 ms.
+//!
 //! Then DynamoDB requests per lease-minute: 64 leases, 2 workers, failover
 //! 10 s, counted by each worker's SDK interceptor (its exit line), with the
 //! heartbeat renewing the leases (`--lease-renewal auto`) and with a
@@ -53,11 +57,60 @@ async fn owners(dynamodb: &aws_sdk_dynamodb::Client, application: &str) -> BTree
 /// Seconds from `since` until the table shows `want`.
 async fn until(dynamodb: &aws_sdk_dynamodb::Client, application: &str, want: &[(&str, usize)], since: Instant) -> f64 {
     let want: BTreeMap<String, usize> = want.iter().map(|(w, n)| (w.to_string(), *n)).collect();
-    while owners(dynamodb, application).await != want {
-        assert!(since.elapsed() < LIMIT, "the table never showed {want:?}: {:?}", owners(dynamodb, application).await);
+    until_owners(dynamodb, application, &format!("{want:?}"), since, |owners| *owners == want).await
+}
+
+/// Seconds from `since` until the table's owners are `what` says (`done`).
+async fn until_owners(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    application: &str,
+    what: &str,
+    since: Instant,
+    done: impl Fn(&BTreeMap<String, usize>) -> bool,
+) -> f64 {
+    while !done(&owners(dynamodb, application).await) {
+        assert!(since.elapsed() < LIMIT, "the table never showed {what}: {:?}", owners(dynamodb, application).await);
         tokio::time::sleep(LOOK_EVERY).await;
     }
     since.elapsed().as_secs_f64()
+}
+
+/// SIGTERM of `stopping`, timed until the table shows `want`; then the
+/// survivor is stopped too, both cleanly.
+async fn stop_timed(dynamodb: &aws_sdk_dynamodb::Client, application: &str, stopping: KclHost, survivor: KclHost, want: &[(&str, usize)]) -> f64 {
+    let stopped = Instant::now();
+    stopping.signal(SIGTERM);
+    let taken = until(dynamodb, application, want, stopped).await;
+    let (status, log) = stopping.wait_exit(LIMIT).await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let (status, log) = survivor.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    taken
+}
+
+/// Three workers on 9 shards, the others sharing `reads` heartbeat reads a
+/// second: kill -9 of the watcher (w1), timed until nothing is w1's (its
+/// shards are processing again) and until the two left are balanced; then
+/// SIGTERM of the new watcher (w2), the same.
+async fn watcher_failover(reads: &str) {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-watcher"), 9).await;
+    let application = unique("bench-watcher-app");
+    let (db, flags) = (&aws.dynamodb, ["--fleet-heartbeat-reads", reads]);
+    let start = |worker| start_with(&stream.name, &application, worker, "10s", &flags);
+    let mut first = start("w1");
+    first.wait_for("all 9 shards", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 9).await;
+    let (second, third) = (start("w2"), start("w3"));
+    until(db, &application, &[("w1", 3), ("w2", 3), ("w3", 3)], Instant::now()).await;
+    let killed = Instant::now();
+    first.kill().await;
+    let held = until_owners(db, &application, "no lease of w1", killed, |o| !o.contains_key("w1") && !o.contains_key("")).await;
+    let balanced = until_owners(db, &application, "4 and 5", killed, |o| o.len() == 2 && o.values().all(|n| *n >= 4)).await;
+    let taken = stop_timed(db, &application, second, third, &[("w3", 9)]).await;
+    println!(
+        "3 workers, --fleet-heartbeat-reads {reads}: kill -9 of the watcher -> its shards held {held:.2} s, balanced {balanced:.2} s; \
+         SIGTERM of the next -> the last holds all {taken:.2} s"
+    );
 }
 
 async fn handoffs(failover: &str) {
@@ -77,13 +130,7 @@ async fn handoffs(failover: &str) {
 
     let second = start(&stream.name, &application, "w2", failover);
     until(db, &application, &[("w1", 4), ("w2", 4)], Instant::now()).await;
-    let stopped = Instant::now();
-    second.signal(SIGTERM);
-    let term = until(db, &application, &[("w1", 8)], stopped).await;
-    let (status, log) = second.wait_exit(LIMIT).await;
-    assert!(status.success(), "{}", log.join("\n"));
-    let (status, log) = first.interrupt().await;
-    assert!(status.success(), "{}", log.join("\n"));
+    let term = stop_timed(db, &application, second, first, &[("w1", 8)]).await;
     println!("failover {failover}: join -> balanced {join:.2} s; kill -9 -> survivor holds all {kill:.2} s; SIGTERM -> other holds all {term:.2} s");
 }
 
@@ -308,7 +355,7 @@ async fn canary_split() {
     println!("rollout with its canary split (2 shards): split -> every shard and both children on the new version {took:.2} s");
 }
 
-/// `cargo bench --bench handoff [-- handoffs|requests|swap|deploy|deployed-start|canary-split]`: every part, or some.
+/// `cargo bench --bench handoff [-- handoffs|watcher|requests|swap|deploy|deployed-start|canary-split]`: every part, or some.
 #[tokio::main]
 async fn main() {
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -316,6 +363,11 @@ async fn main() {
     if wanted("handoffs") {
         for failover in ["10s", "3s"] {
             handoffs(failover).await;
+        }
+    }
+    if wanted("watcher") {
+        for reads in ["1", "10"] {
+            watcher_failover(reads).await;
         }
     }
     if wanted("requests") {

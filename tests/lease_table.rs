@@ -171,18 +171,20 @@ async fn a_retried_write_that_was_applied_is_not_a_lost_lease() {
     let plain = DynamoStore::new(aws.dynamodb.clone(), &table);
     plain.ensure_table().await.unwrap();
     plain.create(&kcl_host::lease::Lease::new("s0", Checkpoint::TrimHorizon, BTreeSet::new())).await.unwrap();
-    let taken = plain.take(&plain.list().await.unwrap()[0], "me").await.unwrap().expect("taken");
+    let taken = plain.take(&plain.list().await.unwrap()[0], "me", Some(3)).await.unwrap().expect("taken");
+    assert_eq!(taken.owner_heartbeat, Some(3), "the take records the owner's heartbeat");
 
     let config = aws.dynamodb.config().to_builder().interceptor(LoseFirstWriteAnswer::default()).build();
     let lossy = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), &table);
-    let renewed = lossy.renew(&taken).await.unwrap();
+    let renewed = lossy.renew(&taken, Some(4)).await.unwrap();
     let renewed = renewed.expect("our own applied write is recognised, not taken for a lost lease");
     assert_eq!(renewed.counter, taken.counter + 1);
-    assert_eq!(renewed.owner.as_deref(), Some("me"));
-    // Someone else's write is still a lost race.
-    let stolen = plain.take(&renewed, "other").await.unwrap().expect("stolen");
-    assert!(plain.renew(&renewed).await.unwrap().is_none());
-    assert_eq!(plain.list().await.unwrap()[0].owner, stolen.owner);
+    assert_eq!((renewed.owner.as_deref(), renewed.owner_heartbeat), (Some("me"), Some(4)));
+    // Someone else's write is still a lost race; a taker without a heartbeat leaves none recorded.
+    let stolen = plain.take(&renewed, "other", None).await.unwrap().expect("stolen");
+    assert!(plain.renew(&renewed, Some(5)).await.unwrap().is_none());
+    let row = &plain.list().await.unwrap()[0];
+    assert_eq!((&row.owner, row.owner_heartbeat), (&stolen.owner, None));
 }
 
 #[tokio::test]
@@ -246,7 +248,7 @@ async fn java_kcl_3_rows_are_left_alone_and_bring_back_a_renewal_per_lease() {
     assert_eq!(scan.kcl3_rows, 3);
 
     let mut coordinator = Coordinator::new(store.clone(), "kcl-host-1", TakeSettings::default());
-    coordinator.cover().heartbeat_written(tokio::time::Instant::now());
+    coordinator.cover().heartbeat_written(tokio::time::Instant::now(), 1);
     assert_eq!(coordinator.take_pass().await.unwrap().taken.len(), 1);
     assert!(!coordinator.liveness().heartbeat_leases(), "a 3.x fleet judges leases by their counters");
     for row in &kcl3_rows {

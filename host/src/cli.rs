@@ -197,6 +197,9 @@ pub struct RunArgs {
     /// How leases are renewed: `auto` lets each worker's heartbeat renew its leases while every lease owner is a kcl-host worker (no write per lease), and renews each lease as Java KCL does once a worker without a heartbeat (Java KCL) owns one; `per-lease` always renews each lease [default: auto].
     #[arg(long, env = "KCL_HOST_LEASE_RENEWAL", value_parser = ["auto", "per-lease"])]
     pub lease_renewal: Option<String>,
+    /// Heartbeat reads a second that the workers other than the two watchers (the lowest worker ids, which read every 500 ms) make between them: fewer cost less, more let a large fleet notice a join or a deploy sooner [default: 10].
+    #[arg(long, env = "KCL_HOST_FLEET_HEARTBEAT_READS")]
+    pub fleet_heartbeat_reads: Option<u32>,
     /// Time without renewal after which a lease may be taken (failoverTimeMillis) [default: 10s].
     #[arg(long, env = "KCL_HOST_FAILOVER_TIME", allow_hyphen_values = true)]
     pub failover_time: Option<String>,
@@ -255,6 +258,7 @@ impl RunArgs {
             max_leases: self.max_leases,
             max_leases_to_steal: self.max_leases_to_steal,
             lease_renewal: self.lease_renewal.clone(),
+            fleet_heartbeat_reads: self.fleet_heartbeat_reads,
             failover_time: self.failover_time.clone(),
             shard_sync_interval: self.shard_sync_interval.clone(),
             idle_time_between_reads: self.idle_time_between_reads.clone(),

@@ -26,14 +26,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
 use crate::failure::policy::Retrying;
 use crate::lease::rules::{ExpiryTracker, Fleet};
 use crate::lease::table::KeyedTable;
-use crate::lease::LeaseError;
+use crate::lease::coordinator::Coordinator;
+use crate::lease::{LeaseError, LeaseStore};
 
 /// Prefix of a worker's heartbeat row key.
 const WORKER: &str = "worker/";
@@ -43,10 +44,46 @@ const DEPLOY: &str = "deploy";
 /// A dead worker's row is deleted after this many failover times.
 pub const FORGET_AFTER: u32 = 6;
 
-/// How often every worker reads the heartbeats: the delay it adds to a
-/// failover, a graceful handoff and a join.
+/// How often the fleet's watchers read the heartbeats: the delay it adds to
+/// a failover and a graceful handoff.
 pub fn poll_interval(failover_time: Duration) -> Duration {
     (failover_time / 4).min(Duration::from_millis(500))
+}
+
+/// A heartbeat read that takes longer is not judged on: what it shows may be
+/// that old. Bounded so a worker knows how late a beat may land before some
+/// reader could have judged it dead without seeing it
+/// ([`crate::lease::coordinator::Liveness::beat`]).
+pub fn read_deadline(failover_time: Duration) -> Duration {
+    failover_time / 4
+}
+
+/// How many workers read the heartbeats every [`poll_interval`]: the lowest
+/// live worker ids. Two, so that a watcher's own death is seen as soon.
+pub const WATCHERS: usize = 2;
+
+/// Heartbeat reads a second the workers other than the watchers make
+/// together, by default: each reads every `live workers / this` seconds,
+/// between [`poll_interval`] and half the failover time.
+pub const DEFAULT_FLEET_READS_PER_SECOND: u32 = 10;
+
+/// What a heartbeat read showed of the fleet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FleetChange {
+    /// The same live and dead workers as before.
+    Same,
+    /// A worker joined (or came back), or a dead one's row was deleted;
+    /// no live one left.
+    Changed,
+    /// A worker live before is not any more: it died or stopped.
+    Departed,
+}
+
+impl FleetChange {
+    /// Whether a take pass is worth doing now.
+    pub fn is_change(self) -> bool {
+        self != FleetChange::Same
+    }
 }
 
 /// One worker's heartbeat row.
@@ -125,11 +162,11 @@ impl ControlTable {
     }
 
     /// Bumps `worker`'s heartbeat (creating its row on the first beat), with
-    /// the processor version it runs, as written by `process`. Unless
-    /// `claim`, only while the row is `process`'s: `Ok(false)` when another
-    /// process has taken the worker id over.
+    /// the processor version it runs, as written by `process`: the counter
+    /// it left. Unless `claim`, only while the row is `process`'s: `Ok(None)`
+    /// when another process has taken the worker id over.
     /// `retrying` lists its shards retrying failed records (for `status`).
-    pub async fn beat(&self, worker: &str, running: &Version, process: &str, claim: bool, retrying: &BTreeMap<String, Retrying>) -> Result<bool, LeaseError> {
+    pub async fn beat(&self, worker: &str, running: &Version, process: &str, claim: bool, retrying: &BTreeMap<String, Retrying>) -> Result<Option<u64>, LeaseError> {
         let millis = crate::clock::unix_ms();
         let mut expression =
             "ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source, process = :process".to_owned();
@@ -166,9 +203,12 @@ impl ControlTable {
             expression.push_str(" REMOVE ");
             expression.push_str(&remove.join(", "));
         }
-        match update.update_expression(expression).send().await {
-            Ok(_) => Ok(true),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
+        match update.update_expression(expression).return_values(ReturnValue::UpdatedNew).send().await {
+            Ok(output) => match output.attributes().and_then(|a| a.get("heartbeat")) {
+                Some(AttributeValue::N(n)) => Ok(n.parse().ok()),
+                _ => Ok(None),
+            },
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(None),
             Err(e) => Err(self.table.error("UpdateItem (heartbeat)", e)),
         }
     }
@@ -272,10 +312,19 @@ impl ControlTable {
 
 /// Turns successive heartbeat reads into a [`Fleet`]: a worker is dead once
 /// its heartbeat has not moved for the failover time on this worker's clock.
+///
+/// It also says when to read again. Reads cost one request each, so a fleet
+/// where every worker read every [`poll_interval`] would pay for workers ×
+/// workers rows a second. Instead the [`WATCHERS`] read that often and, in a
+/// large fleet, take every lease of a worker that died or stopped at once
+/// ([`FleetWatch::covers_departures`]), giving the excess back once the
+/// others know; the others read the fleet's [`DEFAULT_FLEET_READS_PER_SECOND`]
+/// between them, so a join or a deploy reaches them later.
 #[derive(Debug)]
 pub struct FleetWatch {
     me: String,
     failover_time: Duration,
+    reads_per_second: u32,
     tracker: ExpiryTracker,
     beats: Vec<(String, u64)>,
     fleet: Fleet,
@@ -285,30 +334,88 @@ impl FleetWatch {
     /// Watches the fleet as worker `me`, judging death after `failover_time`.
     pub fn new(me: impl Into<String>, failover_time: Duration) -> Self {
         let me = me.into();
-        let fleet = Fleet { live: BTreeSet::from([me.clone()]), dead: BTreeSet::new() };
-        Self { me, failover_time, tracker: ExpiryTracker::default(), beats: Vec::new(), fleet }
+        let fleet = Fleet { live: BTreeSet::from([me.clone()]), dead: BTreeMap::new() };
+        let reads_per_second = DEFAULT_FLEET_READS_PER_SECOND;
+        Self { me, failover_time, reads_per_second, tracker: ExpiryTracker::default(), beats: Vec::new(), fleet }
     }
 
-    /// Notes a fresh read; `true` when the fleet changed so that a take pass
-    /// is worth doing now (a worker joined, stopped or died).
-    pub fn observe(&mut self, heartbeats: &[Heartbeat], now: Instant) -> bool {
+    /// The same, with the workers other than the watchers reading
+    /// `reads_per_second` times a second between them.
+    pub fn with_fleet_reads(self, reads_per_second: u32) -> Self {
+        Self { reads_per_second: reads_per_second.max(1), ..self }
+    }
+
+    /// Whether this worker is one of the [`WATCHERS`]: the lowest live ids.
+    pub fn is_watcher(&self) -> bool {
+        self.fleet.live.iter().take(WATCHERS).any(|w| w == &self.me)
+    }
+
+    /// How often a worker that is not a watcher reads the heartbeats in a
+    /// fleet this size.
+    pub fn others_read_every(&self) -> Duration {
+        let fast = poll_interval(self.failover_time);
+        let spread = Duration::from_secs(1) * self.fleet.live.len() as u32 / self.reads_per_second;
+        spread.clamp(fast, (self.failover_time / 2).max(fast))
+    }
+
+    /// How often this worker reads the heartbeats.
+    pub fn read_every(&self) -> Duration {
+        if self.is_watcher() { poll_interval(self.failover_time) } else { self.others_read_every() }
+    }
+
+    /// When to read the heartbeats next, the last read done at `last`: a
+    /// [`Self::read_every`] later, or when a live worker would be dead.
+    pub fn next_read(&self, last: Instant) -> Instant {
+        let next = last + self.read_every();
+        self.next_death().map_or(next, |death| death.min(next))
+    }
+
+    /// Whether this worker, seeing a worker die or stop, takes every lease
+    /// it left whatever the target: it is a watcher, and the others read so
+    /// seldom (over two [`poll_interval`]s) that waiting for them would add
+    /// more than a second to the failover.
+    pub fn covers_departures(&self) -> bool {
+        self.is_watcher() && self.others_read_every() > 2 * poll_interval(self.failover_time)
+    }
+
+    /// Notes a fresh read, and what changed: a take pass is worth doing now
+    /// when a worker joined, stopped or died.
+    pub fn observe(&mut self, heartbeats: &[Heartbeat], now: Instant) -> FleetChange {
         let beats: Vec<(String, u64)> = heartbeats.iter().map(|h| (h.worker.clone(), h.heartbeat)).collect();
         self.tracker.observe(beats.iter().map(|(w, n)| (w.as_str(), *n)), now);
-        let mut fleet = Fleet { live: BTreeSet::from([self.me.clone()]), dead: BTreeSet::new() };
+        let mut fleet = Fleet { live: BTreeSet::from([self.me.clone()]), dead: BTreeMap::new() };
         for (worker, beat) in &beats {
             if worker == &self.me {
                 continue;
             }
             if self.tracker.is_stale(worker, *beat, now, self.failover_time) {
-                fleet.dead.insert(worker.clone());
+                fleet.dead.insert(worker.clone(), *beat);
             } else {
                 fleet.live.insert(worker.clone());
             }
         }
         self.beats = beats;
-        let changed = fleet != self.fleet;
+        let change = if fleet.live.is_superset(&self.fleet.live) {
+            if fleet == self.fleet { FleetChange::Same } else { FleetChange::Changed }
+        } else {
+            FleetChange::Departed
+        };
         self.fleet = fleet;
-        changed
+        change
+    }
+
+    /// Notes a fresh read and tells `coordinator` what it needs of it: the
+    /// fleet, and whether its next pass covers a worker that died or
+    /// stopped ([`Self::covers_departures`]).
+    pub fn inform<S: LeaseStore>(&mut self, heartbeats: &[Heartbeat], now: Instant, coordinator: &mut Coordinator<S>) -> FleetChange {
+        let change = self.observe(heartbeats, now);
+        if change.is_change() {
+            coordinator.set_fleet(self.fleet.clone());
+        }
+        if change == FleetChange::Departed && self.covers_departures() {
+            coordinator.cover_departures();
+        }
+        change
     }
 
     /// The live and dead workers as last observed.
@@ -333,7 +440,7 @@ impl FleetWatch {
         self.beats
             .iter()
             .filter(|(worker, beat)| {
-                self.fleet.dead.contains(worker)
+                self.fleet.dead.contains_key(worker)
                     && self.tracker.stale_at(worker, *beat, self.failover_time).is_some_and(|dead| now >= dead + long)
             })
             .cloned()
@@ -355,11 +462,11 @@ mod tests {
     fn a_still_heartbeat_is_dead_one_failover_time_after_it_was_first_seen() {
         let start = Instant::now();
         let mut watch = FleetWatch::new("me", FAILOVER);
-        assert!(watch.observe(&beats(&[("me", 1), ("w2", 7)]), start), "w2 joined");
+        assert_eq!(watch.observe(&beats(&[("me", 1), ("w2", 7)]), start), FleetChange::Changed, "w2 joined");
         assert_eq!(watch.next_death(), Some(start + FAILOVER));
-        assert!(!watch.observe(&beats(&[("me", 2), ("w2", 7)]), start + Duration::from_secs(9)));
-        assert!(watch.observe(&beats(&[("me", 3), ("w2", 7)]), start + FAILOVER), "w2 died");
-        assert_eq!(watch.fleet().dead, BTreeSet::from(["w2".to_owned()]));
+        assert_eq!(watch.observe(&beats(&[("me", 2), ("w2", 7)]), start + Duration::from_secs(9)), FleetChange::Same);
+        assert_eq!(watch.observe(&beats(&[("me", 3), ("w2", 7)]), start + FAILOVER), FleetChange::Departed, "w2 died");
+        assert_eq!(watch.fleet().dead, BTreeMap::from([("w2".to_owned(), 7)]));
         assert_eq!(watch.next_death(), None, "nobody left to watch");
         assert!(watch.forgettable(start + FAILOVER * 5).is_empty());
         assert_eq!(watch.forgettable(start + FAILOVER * FORGET_AFTER), [("w2".to_owned(), 7)]);
@@ -370,10 +477,52 @@ mod tests {
         let start = Instant::now();
         let mut watch = FleetWatch::new("me", FAILOVER);
         watch.observe(&beats(&[("w2", 1)]), start);
-        assert!(!watch.observe(&beats(&[("w2", 2)]), start + Duration::from_secs(8)));
-        assert!(!watch.observe(&beats(&[("w2", 3)]), start + Duration::from_secs(16)));
+        assert_eq!(watch.observe(&beats(&[("w2", 2)]), start + Duration::from_secs(8)), FleetChange::Same);
+        assert_eq!(watch.observe(&beats(&[("w2", 3)]), start + Duration::from_secs(16)), FleetChange::Same);
         assert_eq!(watch.next_death(), Some(start + Duration::from_secs(26)));
-        assert!(watch.observe(&[], start + Duration::from_secs(17)), "w2 stopped");
+        assert_eq!(watch.observe(&[], start + Duration::from_secs(17)), FleetChange::Departed, "w2 stopped");
         assert_eq!(watch.fleet().live, BTreeSet::from(["me".to_owned()]), "this worker is always live to itself");
+    }
+
+    /// A fleet of `n` live workers `w000`.., as worker `me` sees it.
+    fn fleet_of(n: usize, me: &str) -> FleetWatch {
+        let rows: Vec<(String, u64)> = (0..n).map(|i| (format!("w{i:03}"), 1)).collect();
+        let rows: Vec<(&str, u64)> = rows.iter().map(|(w, b)| (w.as_str(), *b)).collect();
+        let mut watch = FleetWatch::new(me, FAILOVER);
+        watch.observe(&beats(&rows), Instant::now());
+        watch
+    }
+
+    #[test]
+    fn the_two_lowest_ids_watch_closely_and_the_others_share_ten_reads_a_second() {
+        let fast = poll_interval(FAILOVER);
+        for me in ["w000", "w001"] {
+            assert!(fleet_of(200, me).is_watcher());
+            assert_eq!(fleet_of(200, me).read_every(), fast);
+            assert!(fleet_of(200, me).covers_departures(), "the others read every 5 s");
+        }
+        let other = fleet_of(200, "w002");
+        assert!(!other.is_watcher() && !other.covers_departures());
+        assert_eq!(other.read_every(), FAILOVER / 2, "200 workers / 10 a second, at most half the failover time");
+        assert_eq!(fleet_of(50, "w049").read_every(), Duration::from_secs(5));
+        assert_eq!(fleet_of(20, "w019").read_every(), Duration::from_secs(2));
+        // Small fleets: every worker reads every 500 ms, as before, and nobody covers.
+        assert_eq!(fleet_of(4, "w003").read_every(), fast);
+        assert!(!fleet_of(10, "w000").covers_departures(), "the others read every second");
+        assert!(fleet_of(11, "w000").covers_departures());
+        assert_eq!(fleet_of(4, "w003").with_fleet_reads(1).read_every(), Duration::from_secs(4), "4 workers at one read a second between them: every 4 s");
+    }
+
+    #[test]
+    fn the_next_read_comes_early_when_a_worker_would_be_dead() {
+        let start = Instant::now();
+        let mut watch = fleet_of(200, "w100");
+        assert_eq!(watch.next_read(start), start + FAILOVER / 2);
+        // A worker seen still since a second before: dead 9 s from now, after the next read.
+        let rows: Vec<(String, u64)> = (0..200).map(|i| (format!("w{i:03}"), 2)).collect();
+        let rows: Vec<(&str, u64)> = rows.iter().map(|(w, b)| (w.as_str(), *b)).collect();
+        watch.observe(&beats(&rows), start);
+        let later = start + Duration::from_secs(8);
+        assert_eq!(watch.next_read(later), start + FAILOVER, "the moment the still workers would be dead");
     }
 }

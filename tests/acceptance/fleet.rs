@@ -43,11 +43,30 @@ impl Pair {
     }
 
     async fn owners(&self) -> BTreeMap<String, usize> {
-        let mut owners = BTreeMap::new();
-        for lease in leases(&self.aws.dynamodb, &self.application).await {
-            *owners.entry(lease.owner.unwrap_or_default()).or_default() += 1;
+        owners(&self.aws, &self.application).await
+    }
+}
+
+/// How many leases each worker owns ("" for none).
+async fn owners(aws: &AwsClients, application: &str) -> BTreeMap<String, usize> {
+    let mut owners = BTreeMap::new();
+    for lease in leases(&aws.dynamodb, application).await {
+        *owners.entry(lease.owner.unwrap_or_default()).or_default() += 1;
+    }
+    owners
+}
+
+/// Reads the lease table until the owners are `expected`: leases move
+/// after checkpoints, and nothing in a log says the last one has.
+async fn owners_become(aws: &AwsClients, application: &str, expected: BTreeMap<String, usize>) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let now = owners(aws, application).await;
+        if now == expected {
+            return;
         }
-        owners
+        assert!(tokio::time::Instant::now() < deadline, "the leases' owners are still {now:?}, not {expected:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -65,6 +84,23 @@ fn covers(log: &[String], others: &[Delivered], expected: &BTreeSet<String>) -> 
     let seen: BTreeSet<String> =
         log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).chain(others.iter().cloned()).map(|d| d.data).collect();
     seen.is_superset(expected)
+}
+
+/// Every record delivered more than once came after its shard's checkpoint
+/// as the lease table showed it at the kill.
+fn only_after_checkpoints_twice(counts: &BTreeMap<&str, (usize, &Delivered)>, checkpoints: &BTreeMap<String, Checkpoint>) {
+    for (data, (n, d)) in counts {
+        if *n > 1 {
+            let after = match &checkpoints[&d.shard] {
+                Checkpoint::At(position) => {
+                    let cp = position.sequence_number();
+                    (d.sequence_number.len(), d.sequence_number.as_str()) > (cp.len(), cp)
+                }
+                _ => true,
+            };
+            assert!(after, "{data} came {n} times though its shard had checkpointed past it");
+        }
+    }
 }
 
 fn delivered_set(counts: &BTreeMap<&str, (usize, &Delivered)>) -> BTreeSet<String> {
@@ -135,18 +171,60 @@ async fn a_killed_worker_is_replaced_and_only_records_after_its_checkpoints_come
     let by_first = pair.first.delivered().await;
     let counts = delivery_counts(by_first.iter().chain(&before_kill));
     assert_eq!(delivered_set(&counts), pair.records, "every record processed, none lost");
-    for (data, (n, d)) in &counts {
-        if *n > 1 {
-            let after = match &checkpoints[&d.shard] {
-                Checkpoint::At(position) => {
-                    let cp = position.sequence_number();
-                    (d.sequence_number.len(), d.sequence_number.as_str()) > (cp.len(), cp)
-                }
-                _ => true,
-            };
-            assert!(after, "{data} came {n} times though its shard had checkpointed past it");
-        }
-    }
+    only_after_checkpoints_twice(&counts, &checkpoints);
     let (a, log_a) = pair.first.interrupt().await;
     assert!(a.success(), "{}", log_a.join("\n"));
+}
+
+/// A fleet that reads the heartbeats seldom (`--fleet-heartbeat-reads 1`:
+/// the worker that is not a watcher reads every 2 s) loses its watcher to
+/// kill -9: the deputy takes the leases the watcher held as soon as it is
+/// dead (all of them, unless the third worker, a watcher from then on,
+/// takes one at the same moment), and the fleet balances again (the
+/// deputy giving its excess back after a checkpoint). Every record is
+/// processed; only records after a checkpoint come twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_watcher_is_covered_by_its_deputy_and_the_fleet_balances_again() {
+    const FLAGS: [&str; 4] = ["--failover-time", "4s", "--fleet-heartbeat-reads", "1"];
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("cover"), 6).await;
+    let application = unique("cover-app");
+    let mut records = BTreeSet::new();
+    put_all(&stream, "before", &mut records).await;
+    let mut first = start_with("counter", &stream.name, &application, "worker-1", &FLAGS);
+    first.wait_for("all six shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 6).await;
+    let mut second = start_with("counter", &stream.name, &application, "worker-2", &FLAGS);
+    let mut third = start_with("counter", &stream.name, &application, "worker-3", &FLAGS);
+    for worker in [&mut second, &mut third] {
+        worker.wait_for("two shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    }
+    put_all(&stream, "middle", &mut records).await;
+    // The watcher processes the new records of its shards (and so checkpoints some).
+    let mine: BTreeSet<String> = leases(&aws.dynamodb, &application)
+        .await
+        .into_iter()
+        .filter(|l| l.is_owned_by("worker-1"))
+        .flat_map(|l| payloads(&format!("middle-{}", l.key), 10))
+        .collect();
+    first.wait_for("its middle records", LIMIT, |log| covers(log, &[], &mine)).await;
+    let before_kill = first.delivered().await;
+    first.kill().await;
+    let checkpoints: BTreeMap<String, Checkpoint> =
+        leases(&aws.dynamodb, &application).await.into_iter().map(|l| (l.key, l.checkpoint)).collect();
+    put_all(&stream, "after", &mut records).await;
+
+    second.wait_for("the deputy covering for the watcher", LIMIT, |log| count_lines(log, "as a watcher, taking every lease it left") >= 1).await;
+    owners_become(&aws, &application, BTreeMap::from([("worker-2".into(), 3), ("worker-3".into(), 3)])).await;
+    let expected = records.clone();
+    let by_third = third.delivered().await;
+    second.wait_for("every record", LIMIT, |log| covers(log, &[before_kill.clone(), by_third.clone()].concat(), &expected)).await;
+
+    let (by_second, by_third) = (second.delivered().await, third.delivered().await);
+    let counts = delivery_counts(before_kill.iter().chain(&by_second).chain(&by_third));
+    assert_eq!(delivered_set(&counts), records, "every record processed, none lost");
+    only_after_checkpoints_twice(&counts, &checkpoints);
+    for worker in [second, third] {
+        let (status, log) = worker.interrupt().await;
+        assert!(status.success(), "{}", log.join("\n"));
+    }
 }

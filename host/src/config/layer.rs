@@ -42,6 +42,7 @@ pub struct Layer {
     pub max_leases_to_steal: Option<usize>,
     /// `auto` or `per-lease`.
     pub lease_renewal: Option<String>,
+    pub fleet_heartbeat_reads: Option<u32>,
     pub failover_time: Option<String>,
     pub shard_sync_interval: Option<String>,
     pub idle_time_between_reads: Option<String>,
@@ -88,7 +89,7 @@ impl Layer {
         }
         merge!(
             stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
-            initial_timestamp, max_leases, max_leases_to_steal, lease_renewal, failover_time, shard_sync_interval,
+            initial_timestamp, max_leases, max_leases_to_steal, lease_renewal, fleet_heartbeat_reads, failover_time, shard_sync_interval,
             idle_time_between_reads, max_records, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
             swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache, outputs,
             output_buffer_mib, allow_outbound, vars, max_retry_attempts, max_record_age, bisect_on_error, on_failure,

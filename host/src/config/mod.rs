@@ -10,6 +10,7 @@
 //! max_leases = 64                    # maxLeasesForWorker
 //! max_leases_to_steal = 1            # maxLeasesToStealAtOneTime
 //! lease_renewal = "auto"             # or "per-lease": a renewal write per lease, always
+//! fleet_heartbeat_reads = 10         # a second, by all workers but the two watchers
 //! failover_time = "10s"              # failoverTimeMillis
 //! shard_sync_interval = "60s"        # shardSyncIntervalMillis
 //! idle_time_between_reads = "1s"     # idleTimeBetweenReadsInMillis
@@ -101,6 +102,9 @@ pub struct WorkerConfig {
     pub initial_position: InitialPosition,
     /// Lease taking: failover time, max leases, stealing.
     pub take: TakeSettings,
+    /// Heartbeat reads a second the workers other than the watchers make
+    /// between them ([`crate::control::FleetWatch`]).
+    pub fleet_heartbeat_reads: u32,
     /// `shardSyncIntervalMillis` (default 60 s); a sync also runs at start
     /// and whenever a shard ends.
     pub shard_sync_interval: Duration,
@@ -180,6 +184,10 @@ impl WorkerConfig {
             },
             initial_position,
             take,
+            fleet_heartbeat_reads: positive(
+                "fleet_heartbeat_reads",
+                layer.fleet_heartbeat_reads.unwrap_or(crate::control::DEFAULT_FLEET_READS_PER_SECOND) as usize,
+            )? as u32,
             shard_sync_interval: duration("shard_sync_interval", layer.shard_sync_interval.as_deref(), Duration::from_secs(60))?,
             fetch: FetchSettings {
                 max_records,

@@ -34,6 +34,8 @@ pub struct Coordinator<S> {
     next_id: u64,
     /// Children already logged as waiting on an unreadable parent row.
     waiting_logged: HashSet<String>,
+    /// The next pass covers a worker that died or stopped.
+    cover: bool,
 }
 
 /// What one take pass decided.
@@ -47,6 +49,9 @@ pub struct TakePass<S> {
     /// Short of the target while another worker is above it, or taking
     /// nothing while this worker's heartbeat is overdue: pass again soon.
     pub short: bool,
+    /// Above the target (after covering a departure, say): pass again once
+    /// the others have read the fleet, to give the excess back to them.
+    pub above: bool,
 }
 
 /// How many times one pass re-reads the table after losing a race for a lease.
@@ -69,7 +74,16 @@ impl<S: LeaseStore> Coordinator<S> {
             rng: fastrand::Rng::new(),
             next_id: 0,
             waiting_logged: HashSet::new(),
+            cover: false,
         }
+    }
+
+    /// Makes the next pass take every free or expired lease, whatever the
+    /// target ([`rules::View::cover`]): this worker is a watcher that saw a
+    /// worker die or stop. It gives nothing back in that pass; a later one
+    /// gives the excess to the workers below the target.
+    pub fn cover_departures(&mut self) {
+        self.cover = true;
     }
 
     /// One take pass: reads the table and takes every lease the rules give
@@ -81,8 +95,9 @@ impl<S: LeaseStore> Coordinator<S> {
         let mut taken = Vec::new();
         if !self.liveness.is_valid(Instant::now()) {
             tracing::warn!("taking no leases: this worker's heartbeat is overdue, so the others would take them; trying again soon");
-            return Ok(TakePass { taken, release: Vec::new(), short: true });
+            return Ok(TakePass { taken, release: Vec::new(), short: true, above: false });
         }
+        let cover = std::mem::take(&mut self.cover);
         for _ in 0..TAKE_ROUNDS {
             let scan = self.store.scan().await?;
             let now = Instant::now();
@@ -93,16 +108,16 @@ impl<S: LeaseStore> Coordinator<S> {
             let leases = self.without_unreadable_parents(scan);
             let held = self.held_keys();
             let mut rng = self.rng.fork();
-            let plan = rules::plan_take(&leases, &self.view(&held, now), &self.settings, &mut rng);
+            let plan = rules::plan_take(&leases, &View { cover, ..self.view(&held, now) }, &self.settings, &mut rng);
             let short = plan.short;
             // One conditional write per lease, all at once: a first pass over
             // many shards should not wait on them one by one.
             let mut attempts = tokio::task::JoinSet::new();
             for (lease, stealing) in plan.take.into_iter().map(|l| (l, false)).chain(plan.steal.into_iter().map(|l| (l, true))) {
-                let (store, me) = (self.store.clone(), self.worker_id.clone());
+                let (store, me, heartbeat) = (self.store.clone(), self.worker_id.clone(), self.liveness.counter());
                 attempts.spawn(async move {
                     let sent = Instant::now();
-                    (store.take(&lease, &me).await, lease, stealing, sent)
+                    (store.take(&lease, &me, heartbeat).await, lease, stealing, sent)
                 });
             }
             let mut lost_race = false;
@@ -127,11 +142,15 @@ impl<S: LeaseStore> Coordinator<S> {
             }
             if !lost_race {
                 self.next_expiry = self.next_expiry(&leases);
-                let release = self.plan_release(&leases);
-                return Ok(TakePass { taken, release, short });
+                // The others learn of the departure at their next read; what
+                // is given back before then would wait for them.
+                let release = if cover { Vec::new() } else { self.plan_release(&leases) };
+                let held = self.held_keys();
+                let above = rules::above_target(&leases, &self.view(&held, Instant::now()), &self.settings);
+                return Ok(TakePass { taken, release, short, above });
             }
         }
-        Ok(TakePass { taken, release: Vec::new(), short: true })
+        Ok(TakePass { taken, release: Vec::new(), short: true, above: false })
     }
 
     /// Heartbeat mode while the operator allows it and every lease's owner
@@ -139,7 +158,7 @@ impl<S: LeaseStore> Coordinator<S> {
     /// worker judges a lease by its counter, so once one owns a lease (or
     /// 3.x rows show a 3.x fleet) every lease is renewed on its own again.
     fn choose_renewal(&mut self, scan: &LeaseScan) {
-        let foreign = scan.leases.iter().filter_map(|l| l.owner.as_deref()).find(|o| *o != self.worker_id && !self.fleet.live.contains(*o) && !self.fleet.dead.contains(*o));
+        let foreign = scan.leases.iter().filter_map(|l| l.owner.as_deref()).find(|o| *o != self.worker_id && !self.fleet.live.contains(*o) && !self.fleet.dead.contains_key(*o));
         let on = self.settings.heartbeat_leases && self.liveness.keeps_heartbeat() && foreign.is_none() && scan.kcl3_rows == 0;
         if self.liveness.set_heartbeat_leases(on) {
             match (on, foreign) {
@@ -168,7 +187,7 @@ impl<S: LeaseStore> Coordinator<S> {
     }
 
     fn view<'a>(&'a self, held: &'a HashSet<String>, now: Instant) -> View<'a> {
-        View { me: &self.worker_id, held, releasing: &self.releasing, fleet: &self.fleet, tracker: &self.tracker, now }
+        View { me: &self.worker_id, held, releasing: &self.releasing, fleet: &self.fleet, tracker: &self.tracker, now, cover: false }
     }
 
     /// The keys of the held leases. A lease on its way back that was lost
@@ -320,7 +339,7 @@ mod tests {
 
         // Another worker takes it (as a steal or after expiry would).
         let current = store.get("s0").unwrap();
-        store.take(&current, "b").await.unwrap().unwrap();
+        store.take(&current, "b", None).await.unwrap().unwrap();
 
         let err = held.checkpoint(Checkpoint::ShardEnd, &BTreeSet::new()).await.unwrap_err();
         assert_eq!(err, CheckpointFailure::LeaseLost);
@@ -351,17 +370,17 @@ mod tests {
         let store = table(&["s0", "s1", "s2", "s3"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let taken = a.take_pass().await.unwrap().taken;
-        a.set_fleet(Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: BTreeSet::new() });
+        a.set_fleet(Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: Default::default() });
         let release = a.take_pass().await.unwrap().release;
         assert_eq!(release.len(), 2);
         // Before its consumer stops, another worker takes one of them; the
         // consumer ends with the lease lost, not stopped (so no evict).
         let lost = taken.iter().find(|h| h.key() == release[0]).unwrap();
-        store.take(&store.get(lost.key()).unwrap(), "b").await.unwrap().unwrap();
+        store.take(&store.get(lost.key()).unwrap(), "b", None).await.unwrap().unwrap();
         a.consumer_ended(lost);
         a.evict(&release[1]).await.unwrap();
         // That worker dies: its lease expires into this worker's hands again.
-        a.set_fleet(Fleet { live: ["a".to_owned()].into(), dead: ["b".to_owned()].into() });
+        a.set_fleet(Fleet { live: ["a".to_owned()].into(), dead: [("b".to_owned(), 0)].into() });
         let again: Vec<String> = a.take_pass().await.unwrap().taken.iter().map(|h| h.key().to_owned()).collect();
         assert_eq!(again.len(), 2, "both given-back shards are taken again, {:?} among them: {again:?}", release[0]);
         assert!(again.contains(&release[0]));
@@ -372,14 +391,14 @@ mod tests {
         let store = table(&["s0"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let cover = a.cover();
-        cover.heartbeat_written(Instant::now());
+        cover.heartbeat_written(Instant::now(), 1);
         let held = a.take_pass().await.unwrap().taken.pop().unwrap();
         assert!(a.liveness().heartbeat_leases(), "only kcl-host owners: heartbeat mode");
         let counter = store.get("s0").unwrap().counter;
         let renewer = a.renewer(Duration::from_secs(3));
-        for _ in 0..10 {
+        for beat in 2..12 {
             tokio::time::advance(Duration::from_secs(3)).await;
-            cover.heartbeat_written(Instant::now());
+            cover.heartbeat_written(Instant::now(), beat);
             assert!(renewer.renew_all().await.is_empty());
             assert!(held.is_valid(), "kept valid by the heartbeat");
         }
@@ -388,26 +407,64 @@ mod tests {
         // The heartbeat lapses for longer than the failover time: the next
         // beat does not revive the lease; a renewal, fenced by the counter, does.
         tokio::time::advance(Duration::from_secs(11)).await;
-        cover.heartbeat_written(Instant::now());
+        cover.heartbeat_written(Instant::now(), 12);
         assert!(!held.is_valid(), "a lapse is not bridged by a later beat");
         assert!(renewer.renew_all().await.is_empty(), "renewed, since nobody took it");
         assert!(held.is_valid());
-        assert_eq!(store.get("s0").unwrap().counter, counter + 1);
+        let row = store.get("s0").unwrap();
+        assert_eq!((row.counter, row.owner_heartbeat), (counter + 1, Some(12)), "the renewal records the heartbeat after the lapse");
+    }
+
+    /// Two workers: `a` holds s0 with its heartbeat at 1, then its beats
+    /// stop for longer than the failover time and `b` judges it dead at 1.
+    async fn a_judged_dead_by_b() -> (Arc<MemoryStore>, Coordinator<MemoryStore>, Arc<HeldLease<MemoryStore>>, Coordinator<MemoryStore>) {
+        let store = table(&["s0"]).await;
+        let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+        a.cover().heartbeat_written(Instant::now(), 1);
+        let held = a.take_pass().await.unwrap().taken.pop().unwrap();
+        let mut b = Coordinator::new(store.clone(), "b", TakeSettings::default());
+        b.cover().heartbeat_written(Instant::now(), 1);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        b.cover().heartbeat_written(Instant::now(), 2);
+        b.set_fleet(Fleet { live: ["b".to_owned()].into(), dead: [("a".to_owned(), 1)].into() });
+        (store, a, held, b)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_that_beats_again_keeps_its_lease_from_a_reader_that_judged_it_dead_before() {
+        let (store, a, held, mut b) = a_judged_dead_by_b().await;
+        // a beats again and renews before b's next pass; b has not read the heartbeats since.
+        a.cover().heartbeat_written(Instant::now(), 2);
+        assert!(!held.is_valid(), "not until a renewal records the new heartbeat");
+        assert!(a.renewer(Duration::from_secs(3)).renew_all().await.is_empty());
+        assert!(held.is_valid());
+        assert!(b.take_pass().await.unwrap().taken.is_empty(), "the row records a heartbeat newer than the one b judged dead");
+        assert!(store.get("s0").unwrap().is_owned_by("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_worker_that_beats_again_after_its_lease_was_taken_loses_it() {
+        let (store, a, held, mut b) = a_judged_dead_by_b().await;
+        assert_eq!(b.take_pass().await.unwrap().taken.len(), 1, "the row records the heartbeat b judged dead");
+        a.cover().heartbeat_written(Instant::now(), 2);
+        assert_eq!(a.renewer(Duration::from_secs(3)).renew_all().await.len(), 1, "the renewal finds the lease taken");
+        assert!(!held.is_valid());
+        assert!(store.get("s0").unwrap().is_owned_by("b"));
     }
 
     #[tokio::test]
     async fn an_owner_without_a_heartbeat_row_brings_back_a_renewal_per_lease() {
         let store = table(&["s0", "s1"]).await;
-        store.take(&store.get("s1").unwrap(), "java-worker").await.unwrap().unwrap();
+        store.take(&store.get("s1").unwrap(), "java-worker", None).await.unwrap().unwrap();
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
-        a.cover().heartbeat_written(Instant::now());
+        a.cover().heartbeat_written(Instant::now(), 1);
         a.take_pass().await.unwrap();
         assert!(!a.liveness().heartbeat_leases(), "s1's owner has no heartbeat row: Java KCL judges leases by their counters");
         let counter = store.get("s0").unwrap().counter;
         assert!(a.renewer(Duration::ZERO).renew_all().await.is_empty());
         assert_eq!(store.get("s0").unwrap().counter, counter + 1, "renewed with a write");
         let per_lease = Coordinator::new(store.clone(), "b", TakeSettings { heartbeat_leases: false, ..TakeSettings::default() });
-        per_lease.cover().heartbeat_written(Instant::now());
+        per_lease.cover().heartbeat_written(Instant::now(), 1);
         assert!(!per_lease.liveness().heartbeat_leases(), "--lease-renewal per-lease");
     }
 
@@ -417,7 +474,7 @@ mod tests {
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         let held = a.take_pass().await.unwrap().taken.pop().unwrap();
         // A Java worker judged it expired by its counter and took it.
-        store.take(&store.get("s0").unwrap(), "java-worker").await.unwrap().unwrap();
+        store.take(&store.get("s0").unwrap(), "java-worker", None).await.unwrap().unwrap();
         assert!(held.is_valid(), "nothing told this worker yet");
         a.take_pass().await.unwrap();
         assert!(!held.is_valid(), "the scan shows it taken: its consumer stops");
@@ -489,7 +546,7 @@ mod tests {
         let store = table(&["s0", "s1", "s2", "s3"]).await;
         let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
         assert_eq!(a.take_pass().await.unwrap().taken.len(), 4);
-        let fleet = Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: BTreeSet::new() };
+        let fleet = Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: Default::default() };
         a.set_fleet(fleet.clone());
         let release = a.take_pass().await.unwrap().release;
         assert_eq!(release.len(), 2);

@@ -12,6 +12,7 @@
 //! | `parentShardId` | SS | parent and adjacent parent |
 //! | `childShardIds` | SS | written with `SHARD_END` |
 //! | `startingHashKey`, `endingHashKey` | S | the shard's hash range |
+//! | `ownerHeartbeat` | N | kcl-host's: the owner's heartbeat counter at its last take or renewal (see [`Lease::owner_heartbeat`]) |
 //!
 //! Rows are only ever changed with `UpdateItem` on named attributes, so
 //! attributes this code does not know survive every write.
@@ -192,9 +193,19 @@ pub fn parse(item: &Item) -> Result<Lease, String> {
         owner_switches_since_checkpoint: number("ownerSwitchesSinceCheckpoint")?.unwrap_or(0),
         parents: set("parentShardId")?,
         children: set("childShardIds")?,
+        owner_heartbeat: number("ownerHeartbeat")?,
         starting_hash_key: string("startingHashKey")?,
         ending_hash_key: string("endingHashKey")?,
     })
+}
+
+/// `set` (a `SET` clause) that also records the writer's heartbeat counter,
+/// or drops a counter left by an earlier owner when it keeps none.
+fn with_heartbeat(update: UpdateItemFluentBuilder, set: &str, heartbeat: Option<u64>) -> (UpdateItemFluentBuilder, String) {
+    match heartbeat {
+        Some(counter) => (update.expression_attribute_values(":heartbeat", number(counter)), format!("{set}, ownerHeartbeat = :heartbeat")),
+        None => (update, format!("{set} REMOVE ownerHeartbeat")),
+    }
 }
 
 /// The row for a new lease.
@@ -278,22 +289,25 @@ impl LeaseStore for DynamoStore {
         }
     }
 
-    async fn take(&self, lease: &Lease, owner: &str) -> Result<Option<Lease>, LeaseError> {
+    async fn take(&self, lease: &Lease, owner: &str, heartbeat: Option<u64>) -> Result<Option<Lease>, LeaseError> {
         let switches = if lease.is_owned_by(owner) { 0 } else { 1 };
-        let update = self
-            .conditional_update(lease, false)
-            .update_expression(
-                "SET leaseOwner = :me, leaseCounter = :next, \
-                 ownerSwitchesSinceCheckpoint = if_not_exists(ownerSwitchesSinceCheckpoint, :zero) + :switches",
-            )
+        let (update, expression) = with_heartbeat(
+            self.conditional_update(lease, false),
+            "SET leaseOwner = :me, leaseCounter = :next, \
+             ownerSwitchesSinceCheckpoint = if_not_exists(ownerSwitchesSinceCheckpoint, :zero) + :switches",
+            heartbeat,
+        );
+        let update = update
+            .update_expression(expression)
             .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
             .expression_attribute_values(":zero", number(0))
             .expression_attribute_values(":switches", number(switches));
         self.send_update("UpdateItem (take lease)", lease, update, |row| row.is_owned_by(owner)).await
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<Option<Lease>, LeaseError> {
-        let update = self.conditional_update(lease, true).update_expression("SET leaseCounter = :next");
+    async fn renew(&self, lease: &Lease, heartbeat: Option<u64>) -> Result<Option<Lease>, LeaseError> {
+        let (update, expression) = with_heartbeat(self.conditional_update(lease, true), "SET leaseCounter = :next", heartbeat);
+        let update = update.update_expression(expression);
         self.send_update_within("UpdateItem (renew lease)", lease, update, |row| row.owner == lease.owner, self.renewal_timeout).await
     }
 

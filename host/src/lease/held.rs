@@ -33,22 +33,58 @@ pub enum CheckpointFailure {
 /// heartbeat) the heartbeat also renews every lease: each successful beat
 /// extends every lease still valid when it was sent, and no lease is
 /// renewed on its own.
+///
+/// A worker whose heartbeat lapsed may have been judged dead by a read
+/// that missed its next beat, and a reader acts on that judgment until its
+/// next read. So each take and renewal records the heartbeat counter in the
+/// lease row ([`super::Lease::owner_heartbeat`]): the others take a dead
+/// worker's lease only if the row's counter is no newer than the one they
+/// judged dead. After a lapse, a lease is not valid again until a write
+/// records a counter from after it (the *epoch*).
 #[derive(Debug)]
 pub struct Liveness {
-    valid_until: StdMutex<Option<Instant>>,
+    beats: StdMutex<Beats>,
     failover_time: Duration,
     heartbeat_leases: AtomicBool,
+}
+
+/// What this worker's heartbeat writes have told it.
+#[derive(Debug, Default)]
+struct Beats {
+    /// The last successful beat's send time plus the failover time.
+    valid_until: Option<Instant>,
+    /// Its heartbeat counter after the last successful beat.
+    counter: Option<u64>,
+    /// The counter of the first beat after the last lapse: leases whose row
+    /// records an older one are not valid.
+    epoch: Option<u64>,
 }
 
 impl Liveness {
     /// No heartbeat yet: only the leases' own renewals count.
     pub(super) fn new(failover_time: Duration) -> Self {
-        Self { valid_until: StdMutex::new(None), failover_time, heartbeat_leases: AtomicBool::new(false) }
+        Self { beats: StdMutex::new(Beats::default()), failover_time, heartbeat_leases: AtomicBool::new(false) }
+    }
+
+    fn beats(&self) -> std::sync::MutexGuard<'_, Beats> {
+        self.beats.lock().expect("not poisoned")
     }
 
     /// Whether this worker keeps a heartbeat (it wrote one).
     pub fn keeps_heartbeat(&self) -> bool {
-        self.valid_until.lock().expect("not poisoned").is_some()
+        self.beats().valid_until.is_some()
+    }
+
+    /// The heartbeat counter of the last successful beat, to record in the
+    /// lease rows this worker writes.
+    pub fn counter(&self) -> Option<u64> {
+        self.beats().counter
+    }
+
+    /// Whether a lease row recording `heartbeat` may be delivered on: it is
+    /// no older than the last lapse.
+    pub(super) fn covers(&self, heartbeat: Option<u64>) -> bool {
+        self.beats().epoch.is_none_or(|epoch| heartbeat.is_some_and(|h| h >= epoch))
     }
 
     /// Whether the heartbeat renews the leases now (rather than a write per lease).
@@ -61,20 +97,32 @@ impl Liveness {
         self.heartbeat_leases.swap(on, Ordering::Relaxed) != on
     }
 
-    /// Records a heartbeat write that succeeded; `sent` is when it was sent.
-    pub fn beat(&self, sent: Instant) {
-        *self.valid_until.lock().expect("not poisoned") = Some(sent + self.failover_time);
+    /// Records a heartbeat write that succeeded, sent at `sent`, that left
+    /// the counter at `counter`; `true` when it starts a new epoch (the
+    /// first beat, or one so late that a reader may have judged this worker
+    /// dead on a read that missed it: one landing within a
+    /// [`crate::control::read_deadline`] of the validity's end).
+    pub fn beat(&self, sent: Instant, counter: u64) -> bool {
+        let landed = Instant::now();
+        let mut beats = self.beats();
+        let lapsed = beats.valid_until.is_none_or(|until| landed + crate::control::read_deadline(self.failover_time) >= until);
+        if lapsed {
+            beats.epoch = Some(counter);
+        }
+        beats.valid_until = Some(sent + self.failover_time);
+        beats.counter = Some(counter);
+        lapsed
     }
 
     /// No lease is valid any more (another process took this worker's id):
     /// only a later successful beat, which will not come, could change that.
     pub fn revoke(&self) {
-        *self.valid_until.lock().expect("not poisoned") = Some(Instant::now());
+        self.beats().valid_until = Some(Instant::now());
     }
 
     /// Whether the last heartbeat is recent enough (or none is kept).
     pub fn is_valid(&self, now: Instant) -> bool {
-        self.valid_until.lock().expect("not poisoned").is_none_or(|until| now < until)
+        self.beats().valid_until.is_none_or(|until| now < until)
     }
 }
 
@@ -90,6 +138,8 @@ pub struct HeldLease<S> {
     /// After this instant another worker may consider the lease expired:
     /// the last successful write's send time plus the failover time.
     pub(super) valid_until: StdMutex<Instant>,
+    /// The heartbeat counter the row records (see [`Liveness`]).
+    row_heartbeat: StdMutex<Option<u64>>,
     lost: watch::Sender<bool>,
     /// A stolen lease may still look valid to its previous owner until one
     /// failover time after the steal: delivery waits until then.
@@ -109,6 +159,7 @@ impl<S: LeaseStore> HeldLease<S> {
             key: lease.key.clone(),
             store,
             valid_until: StdMutex::new(sent + settings.failover_time),
+            row_heartbeat: StdMutex::new(lease.owner_heartbeat),
             lease: Mutex::new(lease),
             lost: watch::channel(false).0,
             settings,
@@ -141,11 +192,21 @@ impl<S: LeaseStore> HeldLease<S> {
         self.deliver_after
     }
 
-    /// Whether records may still be delivered: not lost, and renewed (and
-    /// heartbeat) recently enough that no other worker can have taken it.
+    /// Whether records may still be delivered: not lost, renewed (and
+    /// heartbeat) recently enough that no other worker can have taken it,
+    /// and its row records a heartbeat from after the last lapse.
     pub fn is_valid(&self) -> bool {
         let now = Instant::now();
-        !*self.lost.borrow() && now < *self.valid_until.lock().expect("not poisoned") && self.liveness.is_valid(now)
+        !*self.lost.borrow()
+            && now < *self.valid_until.lock().expect("not poisoned")
+            && self.liveness.is_valid(now)
+            && !self.behind_epoch()
+    }
+
+    /// Whether the row records a heartbeat from before the last lapse: a
+    /// renewal must record a newer one before the lease is valid again.
+    pub(super) fn behind_epoch(&self) -> bool {
+        !self.liveness.covers(*self.row_heartbeat.lock().expect("not poisoned"))
     }
 
     /// A heartbeat sent at `sent` was written: in heartbeat mode it renews
@@ -200,6 +261,7 @@ impl<S: LeaseStore> HeldLease<S> {
     /// Keeps the row a successful write left, and extends validity from when
     /// that write was sent.
     fn written(&self, lease: &mut Lease, updated: Lease, sent: Instant) {
+        *self.row_heartbeat.lock().expect("not poisoned") = updated.owner_heartbeat;
         *lease = updated;
         *self.valid_until.lock().expect("not poisoned") = sent + self.settings.failover_time;
     }
@@ -212,7 +274,7 @@ impl<S: LeaseStore> HeldLease<S> {
             return Renewal::Lost;
         }
         let sent = Instant::now();
-        match self.store.renew(&lease).await {
+        match self.store.renew(&lease, self.liveness.counter()).await {
             Ok(Some(updated)) => {
                 self.written(&mut lease, updated, sent);
                 Renewal::Renewed

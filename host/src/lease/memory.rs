@@ -89,7 +89,7 @@ impl LeaseStore for MemoryStore {
         Ok(true)
     }
 
-    async fn take(&self, lease: &Lease, owner: &str) -> Result<Option<Lease>, LeaseError> {
+    async fn take(&self, lease: &Lease, owner: &str, heartbeat: Option<u64>) -> Result<Option<Lease>, LeaseError> {
         self.count("take");
         if self.failing_takes.lock().unwrap().contains(&lease.key) {
             let message = "injected failure".to_owned();
@@ -100,12 +100,13 @@ impl LeaseStore for MemoryStore {
                 row.owner_switches_since_checkpoint += 1;
             }
             row.owner = Some(owner.to_owned());
+            row.owner_heartbeat = heartbeat;
         }))
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<Option<Lease>, LeaseError> {
+    async fn renew(&self, lease: &Lease, heartbeat: Option<u64>) -> Result<Option<Lease>, LeaseError> {
         self.count("renew");
-        Ok(self.update(lease, true, |_| {}))
+        Ok(self.update(lease, true, |row| row.owner_heartbeat = heartbeat))
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>) -> Result<Option<Lease>, LeaseError> {

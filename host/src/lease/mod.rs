@@ -111,6 +111,11 @@ pub struct Lease {
     pub parents: BTreeSet<String>,
     /// Recorded with `SHARD_END` (`childShardIds`).
     pub children: BTreeSet<String>,
+    /// The owner's heartbeat counter when it last took or renewed the lease
+    /// (`ownerHeartbeat`; kcl-host's own). A worker judged dead at a counter
+    /// this high or higher has stopped; one that wrote a higher counter beat
+    /// again after the judgment, so its lease is not taken on it.
+    pub owner_heartbeat: Option<u64>,
     /// The shard's hash key range (`hashKeyRange`), for KPL aggregates across a reshard.
     pub starting_hash_key: Option<String>,
     /// The end of that range.
@@ -128,6 +133,7 @@ impl Lease {
             owner_switches_since_checkpoint: 0,
             parents,
             children: BTreeSet::new(),
+            owner_heartbeat: None,
             starting_hash_key: None,
             ending_hash_key: None,
         }
@@ -185,11 +191,13 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Writes `lease` if no lease has its key; `false` if one does.
     fn create(&self, lease: &Lease) -> impl Future<Output = Result<bool, LeaseError>> + Send;
 
-    /// Makes `owner` the holder of `lease` as last read.
-    fn take(&self, lease: &Lease, owner: &str) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+    /// Makes `owner` the holder of `lease` as last read, recording its
+    /// heartbeat counter `heartbeat` (when it keeps one).
+    fn take(&self, lease: &Lease, owner: &str, heartbeat: Option<u64>) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
 
-    /// Bumps the counter of a lease its owner holds.
-    fn renew(&self, lease: &Lease) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+    /// Bumps the counter of a lease its owner holds, recording the owner's
+    /// heartbeat counter `heartbeat` (when it keeps one).
+    fn renew(&self, lease: &Lease, heartbeat: Option<u64>) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
 
     /// Records a checkpoint for a lease its owner holds; with `ShardEnd`, also
     /// the shard's children.

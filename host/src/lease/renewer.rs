@@ -91,10 +91,10 @@ impl<S: LeaseStore> Renewer<S> {
         let now = Instant::now();
         let held = lock(&self.held);
         if self.liveness.heartbeat_leases() {
-            return held.values().filter(|l| !l.valid_through(now + self.every)).cloned().collect();
+            return held.values().filter(|l| !l.valid_through(now + self.every) || l.behind_epoch()).cloned().collect();
         }
         let recently = now.checked_sub(self.every / 2);
-        held.values().filter(|l| recently.is_none_or(|r| !l.written_after(r))).cloned().collect()
+        held.values().filter(|l| recently.is_none_or(|r| !l.written_after(r)) || l.behind_epoch()).cloned().collect()
     }
 
     /// Counts a failed renewal; `true` when the lease is lost (and then forgotten).
@@ -140,9 +140,9 @@ impl<S> Clone for LeaseCover<S> {
 }
 
 impl<S: LeaseStore> LeaseCover<S> {
-    /// A heartbeat sent at `sent` was written.
-    pub fn heartbeat_written(&self, sent: Instant) {
-        self.liveness.beat(sent);
+    /// A heartbeat sent at `sent` was written, leaving the counter at `counter`.
+    pub fn heartbeat_written(&self, sent: Instant, counter: u64) {
+        self.liveness.beat(sent, counter);
         if self.liveness.heartbeat_leases() {
             for lease in lock(&self.held).values() {
                 lease.cover(sent);

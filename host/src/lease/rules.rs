@@ -10,7 +10,9 @@
 //! - **Target**: ceil(ready leases / live workers), capped by max leases.
 //!   Live workers are the owners of unexpired leases and every kcl-host
 //!   worker with a heartbeat, so one that holds nothing yet counts too.
-//! - **Taking**: up to the target at once, expired leases first ([`plan_take`]).
+//! - **Taking**: up to the target at once, expired leases first ([`plan_take`]);
+//!   every free and expired lease when covering for a worker that died or
+//!   stopped ([`View::cover`]), the excess given back by the next rule.
 //! - **Releasing**: a kcl-host worker above the target gives back what the
 //!   workers below it cannot get from free leases ([`plan_release`]); the
 //!   lease goes after a checkpoint, with no overlap and no failover wait.
@@ -96,9 +98,11 @@ impl ExpiryTracker {
 pub struct Fleet {
     /// Workers whose heartbeat moved within the failover time (this one included).
     pub live: BTreeSet<String>,
-    /// Workers whose heartbeat has not moved for the failover time: they hold
-    /// nothing any more, whatever their lease rows say.
-    pub dead: BTreeSet<String>,
+    /// Workers whose heartbeat has not moved for the failover time, with
+    /// that heartbeat: they hold nothing any more, whatever their lease rows
+    /// say, unless a row records a newer heartbeat (the worker beat again
+    /// since this read; see [`super::Lease::owner_heartbeat`]).
+    pub dead: BTreeMap<String, u64>,
 }
 
 /// Whether `lease` may be processed: not finished, and every parent either
@@ -140,6 +144,10 @@ pub struct View<'a> {
     pub tracker: &'a ExpiryTracker,
     /// The time of the scan.
     pub now: Instant,
+    /// Take every free or expired lease, whatever the target: a watcher
+    /// covering a worker that died or stopped while the others read the
+    /// fleet seldom ([`crate::control::FleetWatch::covers_departures`]).
+    pub cover: bool,
 }
 
 /// The ready leases sorted by who may have them.
@@ -183,10 +191,11 @@ impl<'a> Census<'a> {
                 census.leftover.push(lease);
             } else if owner.is_none() {
                 census.free.push(lease);
-            } else if owner.is_some_and(|o| view.fleet.dead.contains(o))
-                // A live kcl-host worker's lease never expires by its counter:
-                // its heartbeat may be what renews it.
-                || (owner.is_some_and(|o| !view.fleet.live.contains(o)) && view.tracker.is_expired(lease, view.now, settings.failover_time))
+            } else if owner.and_then(|o| view.fleet.dead.get(o)).is_some_and(|dead| lease.owner_heartbeat.is_none_or(|h| h <= *dead))
+                // A kcl-host worker's lease never expires by its counter: its
+                // heartbeat may be what renews it.
+                || (owner.is_some_and(|o| !view.fleet.live.contains(o) && !view.fleet.dead.contains_key(o))
+                    && view.tracker.is_expired(lease, view.now, settings.failover_time))
             {
                 census.expired.push(lease);
             } else {
@@ -203,7 +212,8 @@ impl<'a> Census<'a> {
 /// Decides which leases this worker should take in this pass.
 pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng: &mut fastrand::Rng) -> TakePlan {
     let Census { leftover, mut expired, mut free, others, mine, target, .. } = Census::new(leases, view, settings);
-    let mut need = target.saturating_sub(mine);
+    let cap = if view.cover { settings.max_leases } else { target };
+    let mut need = cap.saturating_sub(mine);
 
     // Spread workers that start together over different leases.
     rng.shuffle(&mut expired);
@@ -264,6 +274,12 @@ pub fn plan_release(leases: &[Lease], view: &View<'_>, settings: &TakeSettings) 
     excess.min(shortfall.saturating_sub(available))
 }
 
+/// Whether this worker holds more than the target.
+pub fn above_target(leases: &[Lease], view: &View<'_>, settings: &TakeSettings) -> bool {
+    let census = Census::new(leases, view, settings);
+    census.mine > census.target
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,12 +300,12 @@ mod tests {
         let mut tracker = ExpiryTracker::default();
         let now = Instant::now();
         tracker.observe_leases(leases, now);
-        let view = View { me, held: &held, releasing: &HashSet::new(), fleet, tracker: &tracker, now };
+        let view = View { me, held: &held, releasing: &HashSet::new(), fleet, tracker: &tracker, now, cover: false };
         plan_take(leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(7))
     }
 
     fn fleet(live: &[&str], dead: &[&str]) -> Fleet {
-        Fleet { live: live.iter().map(|w| w.to_string()).collect(), dead: dead.iter().map(|w| w.to_string()).collect() }
+        Fleet { live: live.iter().map(|w| w.to_string()).collect(), dead: dead.iter().map(|w| (w.to_string(), 0)).collect() }
     }
 
     fn release(leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet) -> usize {
@@ -298,7 +314,7 @@ mod tests {
         let mut tracker = ExpiryTracker::default();
         let now = Instant::now();
         tracker.observe_leases(leases, now);
-        let view = View { me, held: &held, releasing: &releasing, fleet, tracker: &tracker, now };
+        let view = View { me, held: &held, releasing: &releasing, fleet, tracker: &tracker, now, cover: false };
         plan_release(leases, &view, &TakeSettings::default())
     }
 
@@ -372,7 +388,7 @@ mod tests {
         tracker.observe_leases(&leases, start);
         let mut rng = fastrand::Rng::with_seed(1);
         let (held, fleet) = (HashSet::new(), Fleet::default());
-        let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, tracker: &tracker, now };
+        let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, tracker: &tracker, now, cover: false };
         let early = plan_take(&leases, &at(start + Duration::from_secs(9)), &settings, &mut rng);
         assert!(early.take.is_empty(), "not before the failover time");
         let late = plan_take(&leases, &at(start + Duration::from_secs(10)), &settings, &mut rng);
@@ -386,7 +402,7 @@ mod tests {
         let mut tracker = ExpiryTracker::default();
         let now = Instant::now();
         tracker.observe_leases(&leases, now);
-        let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, tracker: &tracker, now };
+        let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, tracker: &tracker, now, cover: false };
         let settings = TakeSettings { max_leases: 4, ..Default::default() };
         let p = plan_take(&leases, &view, &settings, &mut fastrand::Rng::with_seed(3));
         assert_eq!(p.take.len(), 4);
@@ -424,6 +440,34 @@ mod tests {
             l.owner = Some("w2".into());
         }
         assert_eq!(release(&leases, "w1", &[], &fleet(&["w1", "w2"], &[])), 0, "5 and 5");
+    }
+
+    #[test]
+    fn a_watcher_covering_a_departure_takes_every_lease_it_left_and_gives_the_excess_back_later() {
+        let mut leases: Vec<_> = (0..4).map(|i| lease(&format!("dead-{i}"), Some("w3"))).collect();
+        leases.extend((0..2).map(|i| lease(&format!("free-{i}"), None)));
+        leases.extend((0..2).map(|i| lease(&format!("mine-{i}"), Some("w1"))));
+        leases.extend((0..2).map(|i| lease(&format!("other-{i}"), Some("w2"))));
+        let after = fleet(&["w1", "w2"], &["w3"]);
+        let held: HashSet<String> = ["mine-0", "mine-1"].map(String::from).into();
+        let mut tracker = ExpiryTracker::default();
+        let now = Instant::now();
+        tracker.observe_leases(&leases, now);
+        let none = HashSet::new();
+        let view = |cover| View { me: "w1", held: &held, releasing: &none, fleet: &after, tracker: &tracker, now, cover };
+        let settings = TakeSettings::default();
+        // 10 ready, 2 live workers: target 5, and w1 holds 2.
+        assert_eq!(plan_take(&leases, &view(false), &settings, &mut fastrand::Rng::with_seed(1)).take.len(), 3);
+        let covered = plan_take(&leases, &view(true), &settings, &mut fastrand::Rng::with_seed(1));
+        assert_eq!(keys(&covered.take), BTreeSet::from(["dead-0", "dead-1", "dead-2", "dead-3", "free-0", "free-1"]));
+        // Then it holds 8 where w2 holds 2: 3 go back to w2.
+        for l in &mut leases[..6] {
+            l.owner = Some("w1".into());
+        }
+        assert_eq!(release(&leases, "w1", &[], &after), 3);
+        let all_mine: HashSet<String> = leases[..8].iter().map(|l| l.key.clone()).collect();
+        let view = View { me: "w1", held: &all_mine, releasing: &none, fleet: &after, tracker: &tracker, now, cover: false };
+        assert!(above_target(&leases, &view, &settings));
     }
 
     #[test]

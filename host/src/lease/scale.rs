@@ -1,13 +1,17 @@
 //! The real [`Coordinator`] at fleet scale, on tokio's paused clock: 10,000
 //! leases and 200 kcl-host workers on one in-memory table, each worker on
 //! the worker loop's own rhythm (a heartbeat and a renewal round every third
-//! of the failover time, heartbeat reads every 500 ms, a take pass every two
-//! failover times and at once when the fleet changes). For each renewal
-//! mode it measures the lease table's requests per lease-minute (and the
-//! control table's, from the same rhythm), the time to balance after 20
-//! workers join and after 20 are killed, and checks throughout that no
-//! shard is delivered by two workers at once; once balanced, that every
-//! lease is held with a consumer and that nothing changes hands.
+//! of the failover time; heartbeat reads every 500 ms by the two watchers
+//! and every 5 s by the others, as [`FleetWatch`] decides; a take pass
+//! every two failover times, at once when the fleet changes, every tick
+//! while short of the target and a read interval later while above it).
+//! For each renewal mode it measures the lease table's requests per
+//! lease-minute (and the control table's, from the same rhythm), the time
+//! to balance after 20 workers join, and after 20 are killed the time until
+//! their leases are held again and until the fleet is balanced; it checks
+//! throughout that no shard is delivered by two workers at once; once
+//! balanced, that every lease is held with a consumer and that nothing
+//! changes hands.
 //!
 //! Run with `cargo test -p kcl-host --release --lib lease::scale -- --ignored --nocapture`;
 //! figures go in docs/BENCHMARKS.md.
@@ -31,8 +35,6 @@ const FAILOVER: Duration = Duration::from_secs(10);
 const TICK: Duration = Duration::from_millis(500);
 /// A heartbeat and a renewal round every third of the failover time.
 const BEAT_TICKS: u64 = 7;
-/// A take pass every two failover times.
-const PASS_TICKS: u64 = 40;
 /// Rows of about 250 bytes: a scan of the table is this many 1 MB pages.
 const SCAN_PAGES: u64 = (LEASES as u64 * 250).div_ceil(1 << 20);
 
@@ -43,7 +45,8 @@ struct Member {
     consumers: HashMap<String, Arc<HeldLease<MemoryStore>>>,
     /// Staggers the member's rhythm against the others'.
     offset: u64,
-    short: bool,
+    next_read: Instant,
+    next_pass: Instant,
 }
 
 struct Fleet {
@@ -77,16 +80,22 @@ impl Fleet {
         self.next_worker += 1;
         let coordinator = Coordinator::new(self.store.clone(), id.clone(), self.settings.clone());
         // The worker loop writes the first heartbeat before it takes anything.
-        *self.heartbeats.entry(id.clone()).or_default() += 1;
-        coordinator.cover().heartbeat_written(Instant::now());
+        let counter = self.heartbeats.entry(id.clone()).or_default();
+        *counter += 1;
+        coordinator.cover().heartbeat_written(Instant::now(), *counter);
         let watch = FleetWatch::new(id.clone(), FAILOVER);
-        let offset = fastrand::u64(..PASS_TICKS);
-        self.members.push(Member { id, coordinator, watch, consumers: HashMap::new(), offset, short: true });
+        let offset = fastrand::u64(..BEAT_TICKS);
+        let now = Instant::now();
+        self.members.push(Member { id, coordinator, watch, consumers: HashMap::new(), offset, next_read: now, next_pass: now });
     }
 
-    /// kill -9 of `n` workers: nothing given back, the heartbeat rows stay.
+    /// kill -9 of `n` workers, the watcher (the lowest id) first, so its
+    /// deputy covers: nothing given back, the heartbeat rows stay.
     fn kill(&mut self, n: usize) -> Vec<String> {
-        (0..n).map(|_| self.members.remove(fastrand::usize(..self.members.len())).id).collect()
+        let watcher = (0..self.members.len()).min_by_key(|i| self.members[*i].id.clone()).expect("members");
+        let mut killed = vec![self.members.remove(watcher).id];
+        killed.extend((1..n).map(|_| self.members.remove(fastrand::usize(..self.members.len())).id));
+        killed
     }
 
     async fn step(&mut self) {
@@ -101,22 +110,33 @@ impl Fleet {
         for member in &mut self.members {
             let rhythm = self.tick + member.offset;
             if rhythm.is_multiple_of(BEAT_TICKS) {
-                *self.heartbeats.get_mut(&member.id).expect("a live member's row") += 1;
+                let counter = self.heartbeats.get_mut(&member.id).expect("a live member's row");
+                *counter += 1;
                 self.beats_written += 1;
-                member.coordinator.cover().heartbeat_written(now);
+                member.coordinator.cover().heartbeat_written(now, *counter);
                 for lost in member.coordinator.renewer(FAILOVER / 3).renew_all().await {
                     if member.consumers.get(lost.key()).is_some_and(|c| c.id() == lost.id()) {
                         member.consumers.remove(lost.key());
                     }
                 }
             }
-            self.beat_reads += 1;
-            let changed = member.watch.observe(&beats, now);
-            member.coordinator.set_fleet(member.watch.fleet().clone());
+            let mut changed = false;
+            if member.next_read <= now {
+                self.beat_reads += 1;
+                changed = member.watch.inform(&beats, now, &mut member.coordinator).is_change();
+                member.next_read = member.watch.next_read(now);
+            }
             let expiring = member.coordinator.expiry_due().is_some_and(|due| due <= now);
-            if changed || member.short || expiring || rhythm.is_multiple_of(PASS_TICKS) {
+            if changed || expiring || member.next_pass <= now {
                 let pass = member.coordinator.take_pass().await.unwrap();
-                member.short = pass.short;
+                member.next_pass = now
+                    + if pass.short {
+                        TICK
+                    } else if pass.above {
+                        member.watch.others_read_every()
+                    } else {
+                        FAILOVER * 2
+                    };
                 for key in pass.release {
                     member.consumers.remove(&key);
                     member.coordinator.evict(&key).await.unwrap();
@@ -142,23 +162,27 @@ impl Fleet {
         }
     }
 
-    /// Whether every lease is held by a live member running a consumer for
-    /// it, and no member holds more than its share.
-    async fn balanced(&self) -> bool {
+    /// Whether every lease is held by a live member running a consumer for it.
+    async fn held(&self) -> bool {
         let owners: HashMap<&str, &Member> = self.members.iter().map(|m| (m.id.as_str(), m)).collect();
-        let share = LEASES.div_ceil(self.members.len());
         let leases = self.store.list().await.unwrap();
-        let held = leases.iter().all(|l| {
+        leases.iter().all(|l| {
             l.owner.as_deref().and_then(|o| owners.get(o)).is_some_and(|m| m.consumers.get(&l.key).is_some_and(|c| c.is_valid()))
-        });
-        held && self.members.iter().all(|m| m.consumers.len() <= share)
+        })
     }
 
-    /// Steps until [`Self::balanced`]; the virtual time it took.
-    async fn until_balanced(&mut self, limit: Duration) -> Duration {
+    /// Whether every lease is held, and no member holds more than its share.
+    async fn balanced(&self) -> bool {
+        let share = LEASES.div_ceil(self.members.len());
+        self.held().await && self.members.iter().all(|m| m.consumers.len() <= share)
+    }
+
+    /// Steps until [`Self::held`] (`balanced` false) or [`Self::balanced`];
+    /// the virtual time it took.
+    async fn until(&mut self, balanced: bool, limit: Duration) -> Duration {
         let started = Instant::now();
-        while !self.balanced().await {
-            assert!(started.elapsed() < limit, "not balanced after {limit:?}");
+        while !(if balanced { self.balanced().await } else { self.held().await }) {
+            assert!(started.elapsed() < limit, "not {} after {limit:?}", if balanced { "balanced" } else { "held" });
             self.step().await;
         }
         started.elapsed()
@@ -172,7 +196,7 @@ impl Fleet {
 /// One renewal mode: start, steady state, joins, kills; the figures as a line.
 async fn measure(heartbeat_leases: bool) -> String {
     let mut fleet = Fleet::new(heartbeat_leases).await;
-    let start = fleet.until_balanced(Duration::from_secs(300)).await;
+    let start = fleet.until(true, Duration::from_secs(300)).await;
 
     // Two minutes of steady state: requests, and no lease changes hands.
     let before = fleet.store.requests();
@@ -197,20 +221,23 @@ async fn measure(heartbeat_leases: bool) -> String {
     for _ in 0..20 {
         fleet.join();
     }
-    let joined = fleet.until_balanced(Duration::from_secs(600)).await;
+    let joined = fleet.until(true, Duration::from_secs(600)).await;
     let killed = fleet.kill(20);
-    let after_kill = fleet.until_balanced(Duration::from_secs(600)).await;
+    let held_again = fleet.until(false, Duration::from_secs(600)).await;
+    let after_kill = held_again + fleet.until(true, Duration::from_secs(600)).await;
     let leases = fleet.store.list().await.unwrap();
     assert!(leases.iter().all(|l| l.owner.as_ref().is_none_or(|o| !killed.contains(o))), "a killed worker still owns a lease");
 
     let ops: Vec<String> = per_op.iter().filter(|(_, v)| **v > 0.0).map(|(op, v)| format!("{op} {v:.3}")).collect();
     format!(
-        "{}: start -> balanced {:.1} s; steady: {total:.2} requests per lease-minute ({}), 0 leases moved in {} s; 20 join -> balanced {:.1} s; 20 killed -> balanced {:.1} s",
+        "{}: start -> balanced {:.1} s; steady: {total:.2} requests per lease-minute ({}), 0 leases moved in {} s; 20 join -> balanced {:.1} s; 20 killed (the watcher among them: {}) -> their leases held {:.1} s, balanced {:.1} s",
         if heartbeat_leases { "heartbeat leases" } else { "per-lease renewals" },
         start.as_secs_f64(),
         ops.join(", "),
         steady.as_secs(),
         joined.as_secs_f64(),
+        killed.join(" "),
+        held_again.as_secs_f64(),
         after_kill.as_secs_f64(),
     )
 }

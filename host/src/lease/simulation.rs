@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::control::{FleetWatch, Heartbeat};
+use crate::control::{FleetWatch, Heartbeat, DEFAULT_FLEET_READS_PER_SECOND};
 use super::coordinator::{Coordinator, HeldLease};
 use super::memory::MemoryStore;
 use super::rules::{is_ready, TakeSettings};
@@ -44,6 +44,8 @@ struct Worker {
     watch: Option<FleetWatch>,
     /// Whether its heartbeat writes still succeed.
     beating: bool,
+    /// When it reads the heartbeats next.
+    next_read: tokio::time::Instant,
 }
 
 #[derive(Clone, Debug)]
@@ -131,13 +133,19 @@ impl Sim {
         let id = format!("w{}", self.next_worker);
         self.next_worker += 1;
         let coordinator = Coordinator::new(self.store.clone(), id.clone(), self.settings.clone());
-        let watch = (!self.mixed || !self.next_worker.is_multiple_of(3)).then(|| FleetWatch::new(id.clone(), self.settings.failover_time));
+        // The kcl-host fleet reads the heartbeats seldom (one read a second
+        // between the workers other than the watchers), so the watchers cover
+        // for workers that die or stop.
+        let reads = if self.mixed { DEFAULT_FLEET_READS_PER_SECOND } else { 1 };
+        let watch = (!self.mixed || !self.next_worker.is_multiple_of(3))
+            .then(|| FleetWatch::new(id.clone(), self.settings.failover_time).with_fleet_reads(reads));
         if watch.is_some() {
             // The worker loop writes the first heartbeat before it takes anything.
-            *self.heartbeats.entry(id.clone()).or_default() += 1;
-            coordinator.cover().heartbeat_written(tokio::time::Instant::now());
+            let counter = self.heartbeats.entry(id.clone()).or_default();
+            *counter += 1;
+            coordinator.cover().heartbeat_written(tokio::time::Instant::now(), *counter);
         }
-        self.workers.push(Worker { id, coordinator, consumers: HashMap::new(), watch, beating: true });
+        self.workers.push(Worker { id, coordinator, consumers: HashMap::new(), watch, beating: true, next_read: tokio::time::Instant::now() });
     }
 
     /// A graceful stop, as the worker loop does it: consumers stop, every
@@ -236,8 +244,9 @@ impl Sim {
         for (i, worker) in self.workers.iter_mut().enumerate() {
             let beat_tick = self.tick % TAKE_EVERY == i as u64 % TAKE_EVERY;
             if beat_tick && worker.beating && worker.watch.is_some() {
-                *self.heartbeats.entry(worker.id.clone()).or_default() += 1;
-                worker.coordinator.cover().heartbeat_written(tokio::time::Instant::now());
+                let counter = self.heartbeats.entry(worker.id.clone()).or_default();
+                *counter += 1;
+                worker.coordinator.cover().heartbeat_written(tokio::time::Instant::now(), *counter);
             }
             for lost in worker.coordinator.renew_all().await {
                 if worker.consumers.get(lost.key()).is_some_and(|c| c.id() == lost.id()) {
@@ -246,9 +255,11 @@ impl Sim {
             }
             let beats: Vec<Heartbeat> =
                 self.heartbeats.iter().map(|(w, n)| Heartbeat { worker: w.clone(), heartbeat: *n, beat_ms: None, running: None, process: None, retrying: Default::default() }).collect();
-            let fleet_changed = worker.watch.as_mut().is_some_and(|watch| watch.observe(&beats, tokio::time::Instant::now()));
-            if let Some(watch) = &worker.watch {
-                worker.coordinator.set_fleet(watch.fleet().clone());
+            let now = tokio::time::Instant::now();
+            let mut fleet_changed = false;
+            if let Some(watch) = worker.watch.as_mut().filter(|_| worker.next_read <= now) {
+                fleet_changed = watch.inform(&beats, now, &mut worker.coordinator).is_change();
+                worker.next_read = watch.next_read(now);
             }
             if fleet_changed || beat_tick {
                 let pass = worker.coordinator.take_pass().await.unwrap();

@@ -37,7 +37,7 @@ use tracing::Instrument;
 use crate::admin::{self, Health};
 use crate::aws::{AwsClients, AwsError};
 use crate::config::WorkerConfig;
-use crate::control::{self, ControlTable, FleetWatch};
+use crate::control::{self, ControlTable, FleetChange, FleetWatch};
 use crate::failure::policy::RetryBoard;
 use crate::failure::DeadLetters;
 use crate::fanout;
@@ -54,7 +54,7 @@ use crate::swap::store::ComponentStore;
 use crate::swap::Swapper;
 use redelivery::Budget;
 use shard_loop::Outcome;
-use shards::{Held, KinesisReaders, ShardLoops, Template};
+use shards::{Balance, Held, KinesisReaders, ShardLoops, Template};
 use upkeep::{check_unique, process_name, renew_every, sync_shards, Beat};
 
 /// Why the worker could not run.
@@ -138,8 +138,8 @@ struct Worker {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     summary: Summary,
-    /// Whether the last pass was short of this worker's share.
-    short: bool,
+    /// How far from its share the last pass left this worker.
+    balance: Balance,
     ended: mpsc::UnboundedReceiver<(Held, Outcome)>,
     reports: mpsc::UnboundedReceiver<CallReport>,
     processor: watch::Receiver<Processor>,
@@ -164,7 +164,7 @@ impl Worker {
         let control = ControlTable::new(clients.dynamodb.clone(), &config.application);
         tokio::try_join!(store.ensure_table(), control.ensure())?;
         let me = config.worker_id.clone();
-        let coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
+        let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
         let read = control.read().await?;
         // Before any shard starts: a restarted or new worker runs what the fleet was told to.
         let follower = Follower::new(swapper.clone(), ComponentStore::new(clients.dynamodb.clone(), &config.application));
@@ -182,8 +182,8 @@ impl Worker {
             retrying: retrying.clone(),
         };
         heartbeat.once(true).await?;
-        let mut fleet = FleetWatch::new(&me, failover);
-        fleet.observe(&read.heartbeats, Instant::now());
+        let mut fleet = FleetWatch::new(&me, failover).with_fleet_reads(config.fleet_heartbeat_reads);
+        fleet.inform(&read.heartbeats, Instant::now(), &mut coordinator);
 
         let fan_out = fanout::subscriptions(config.retrieval, &clients.kinesis, &config.stream, &config.application).await?;
         let metrics = Arc::new(Metrics::new(&config.stream, &me));
@@ -247,7 +247,7 @@ impl Worker {
             metrics,
             health,
             summary: Summary::default(),
-            short: false,
+            balance: Balance::default(),
             ended,
             reports,
             processor,
@@ -255,10 +255,9 @@ impl Worker {
             admin,
             taken_over,
         };
-        worker.coordinator.set_fleet(worker.fleet.fleet().clone());
         let leases = worker.store.list().await?;
         sync_shards(&worker.config, &worker.clients, &worker.store, &leases).await?;
-        worker.short = worker.shards.apply(worker.coordinator.take_pass().await?);
+        worker.balance = worker.shards.apply(worker.coordinator.take_pass().await?);
         tracing::info!(leases = worker.shards.len(), "first lease pass done in {:?}", started.elapsed());
         Ok(worker)
     }
@@ -269,7 +268,7 @@ impl Worker {
     async fn run_until(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Option<String> {
         let failover = self.config.take.failover_time;
         let poll = control::poll_interval(failover);
-        let mut next_poll = Instant::now() + poll;
+        let mut last_read = Instant::now();
         let mut last_pass = Instant::now();
         let mut sync = tokio::time::interval(self.config.shard_sync_interval);
         sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -277,14 +276,19 @@ impl Worker {
         tokio::pin!(shutdown);
         loop {
             self.health.loop_ran();
-            self.health.short_of_share(self.short);
+            self.health.short_of_share(self.balance.short);
             self.metrics.leases_held(self.shards.len());
             self.metrics.swap_buffer(self.shards.swap_buffer_used());
             // Java KCL's taker interval: the heartbeats already bring a pass at
             // once when a worker dies, stops or joins.
-            let next_pass = last_pass + if self.short { poll } else { failover * 2 };
+            let next_pass = last_pass
+                + match self.balance {
+                    Balance { short: true, .. } => poll,
+                    Balance { above: true, .. } => self.fleet.others_read_every(),
+                    _ => failover * 2,
+                };
             let take_at = self.coordinator.expiry_due().map_or(next_pass, |due| due.min(next_pass));
-            let poll_at = self.fleet.next_death().map_or(next_poll, |death| death.min(next_poll));
+            let poll_at = self.fleet.next_read(last_read);
             let canary_due = self.shards.rollout.canary_due();
             let mut pass_now = false;
             let mut after_end = None;
@@ -298,7 +302,7 @@ impl Worker {
                 }
                 _ = tokio::time::sleep_until(take_at) => pass_now = true,
                 _ = tokio::time::sleep_until(poll_at) => {
-                    next_poll = Instant::now() + poll;
+                    last_read = Instant::now();
                     pass_now = self.poll_fleet().await;
                 }
                 Ok(()) = self.processor.changed() => {
@@ -332,36 +336,44 @@ impl Worker {
     }
 
     /// Reads the fleet's heartbeats (and the deploy row); `true` when the
-    /// fleet changed, so a take pass is due.
+    /// fleet changed, so a take pass is due (covering the leases of a worker
+    /// that died or stopped, when this worker is a watcher that does).
     async fn poll_fleet(&mut self) -> bool {
         let failover = self.config.take.failover_time;
-        // Bounded: a read hung in an outage must not hold the loop once DynamoDB is back.
-        let read = match tokio::time::timeout(failover / 2, self.control.read()).await {
+        // Bounded: a read hung in an outage must not hold the loop once
+        // DynamoDB is back, and one that slow may show a beat long gone.
+        let deadline = control::read_deadline(failover);
+        let read = match tokio::time::timeout(deadline, self.control.read()).await {
             Ok(Ok(read)) => read,
             Ok(Err(e)) => {
                 tracing::warn!("could not read the fleet's heartbeats: {e}");
                 return false;
             }
             Err(_) => {
-                tracing::warn!("reading the fleet's heartbeats took over {:?}; trying again at the next poll", failover / 2);
+                tracing::warn!("reading the fleet's heartbeats took over {deadline:?}; trying again at the next poll");
                 return false;
             }
         };
         // Liveness is judged on the clock of the read, never a later one.
         let read_at = Instant::now();
         self.follower.read(read.deployed);
-        let changed = self.fleet.observe(&read.heartbeats, read_at);
-        if changed {
+        let change = self.fleet.inform(&read.heartbeats, read_at, &mut self.coordinator);
+        if change.is_change() {
             let now = self.fleet.fleet();
             tracing::info!(live = ?now.live, dead = ?now.dead, "the fleet changed");
-            self.coordinator.set_fleet(now.clone());
+        }
+        if change == FleetChange::Departed && self.fleet.covers_departures() {
+            tracing::info!(
+                "a worker died or stopped: as a watcher, taking every lease it left now (the others read the fleet every {:?})",
+                self.fleet.others_read_every()
+            );
         }
         for (worker, heartbeat) in self.fleet.forgettable(read_at) {
             if let Err(e) = self.control.forget(&worker, heartbeat).await {
                 tracing::warn!(worker = %worker, "could not delete a dead worker's heartbeat row: {e}");
             }
         }
-        changed
+        change.is_change()
     }
 
     /// A shard loop ended. `Ok(Some(_))` when a take pass is due (with the
@@ -416,7 +428,7 @@ impl Worker {
         match self.coordinator.take_pass().await {
             Ok(pass) => {
                 let taken = pass.taken.len();
-                self.short = self.shards.apply(pass);
+                self.balance = self.shards.apply(pass);
                 if let Some(shard) = after_end {
                     tracing::info!(shard = %shard, "lease pass after the shard ended took {taken} leases");
                 }

@@ -81,6 +81,16 @@ pub(super) struct Template {
     pub(super) retrying: Arc<RetryBoard>,
 }
 
+/// How far from its share the last take pass left this worker.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Balance {
+    /// Short of it while another worker is above it: pass again soon.
+    pub(super) short: bool,
+    /// Above it (after covering a departure): pass again once the others
+    /// have read the fleet, to give the excess back.
+    pub(super) above: bool,
+}
+
 /// The shard loops of this worker, one per held lease, and the rollout
 /// that tells them which processor to run.
 pub(super) struct ShardLoops {
@@ -160,8 +170,8 @@ impl ShardLoops {
     }
 
     /// Starts loops for what a pass took and stops those of the leases it
-    /// gives back; `true` when the pass was short of its share.
-    pub(super) fn apply(&mut self, pass: TakePass<DynamoStore>) -> bool {
+    /// gives back; says how far from its share the worker is.
+    pub(super) fn apply(&mut self, pass: TakePass<DynamoStore>) -> Balance {
         for held in pass.taken {
             self.template.metrics.lease_taken(held.was_stolen());
             self.spawn(held);
@@ -172,7 +182,7 @@ impl ShardLoops {
                 running.stop.send_replace(true);
             }
         }
-        pass.short
+        Balance { short: pass.short, above: pass.above }
     }
 
     /// A new processor was offered: roll it out.

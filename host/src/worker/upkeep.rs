@@ -42,11 +42,11 @@ impl Beat {
     /// sent. `Ok(false)` when another process writes the row now.
     pub(super) async fn once(&self, claim: bool) -> Result<bool, LeaseError> {
         let sent = Instant::now();
-        let ours = self.control.beat(&self.me, &self.swapper.current(), &self.process, claim, &self.retrying.snapshot()).await?;
-        if ours {
-            self.cover.heartbeat_written(sent);
+        let counter = self.control.beat(&self.me, &self.swapper.current(), &self.process, claim, &self.retrying.snapshot()).await?;
+        if let Some(counter) = counter {
+            self.cover.heartbeat_written(sent, counter);
         }
-        Ok(ours)
+        Ok(counter.is_some())
     }
 
     /// Writes the heartbeat every `period` — and `retry` after a write that
