@@ -259,3 +259,22 @@ async fn java_kcl_3_rows_are_left_alone_and_bring_back_a_renewal_per_lease() {
         assert_eq!(&get(&aws.dynamodb, &table, &key).await, row, "{key} untouched");
     }
 }
+
+/// A heartbeat counter never goes back for a worker id, even when its row
+/// was deleted in between (a graceful stop, or a dead worker forgotten): a
+/// reader that still holds the old counter as dead must not read the
+/// restarted worker's new lease rows as older than it.
+#[tokio::test]
+async fn a_heartbeat_counter_moves_on_across_a_deleted_row() {
+    let aws = clients().await;
+    let control = kcl_host::control::ControlTable::new(aws.dynamodb.clone(), &unique("counter-app"));
+    control.ensure().await.unwrap();
+    let running = kcl_host::control::Version { hash: "abc".into(), source: "/p.wasm".into(), component: None };
+    let first = control.beat("w", &running, "pid 1", true, &Default::default()).await.unwrap().expect("written");
+    let second = control.beat("w", &running, "pid 1", false, &Default::default()).await.unwrap().expect("written");
+    assert_eq!(second, first + 1);
+    assert_eq!(control.beat("w", &running, "pid 2", false, &Default::default()).await.unwrap(), None, "another process's row");
+    control.leave("w", "pid 1").await.unwrap();
+    let restarted = control.beat("w", &running, "pid 2", true, &Default::default()).await.unwrap().expect("written");
+    assert!(restarted > second, "{restarted} after {second}");
+}

@@ -5,7 +5,7 @@
 //! | attribute | type | meaning |
 //! |---|---|---|
 //! | `key` | S (hash key) | `worker/<worker id>`, or `deploy` |
-//! | `heartbeat` | N | bumped once per renewal period while the worker runs |
+//! | `heartbeat` | N | bumped once per renewal period while the worker runs; a new row starts at its writer's clock in ms, so a worker id's counter never goes back across restarts (lease rows record it: [`crate::lease::Lease::owner_heartbeat`]) |
 //! | `beatMillis` | N | the worker's clock at its last beat, for people (the rules use only `heartbeat`) |
 //! | `processorHash`, `processorSource` | S | the processor the worker runs, and where it was loaded from |
 //! | `processorComponent` | S | its `name@version` metadata, when it has some |
@@ -17,8 +17,9 @@
 //! `previousHash` / `previousSource` for `--rollback`.
 //!
 //! Why a heartbeat: one small row per worker, read strongly consistent every
-//! [`poll_interval`], lets the others see a worker die within that interval
-//! of its last beat (so they take its leases one failover time later, not up
+//! [`poll_interval`] by the fleet's watchers (less often by the others; see
+//! [`FleetWatch`]), lets the fleet see a worker die within that interval of
+//! its last beat (so its leases are taken one failover time later, not up
 //! to two), see one stop or join at once, and balance without stealing.
 //! A worker that stops deletes its row; the row of one that died is deleted
 //! by the others once it has been still for [`FORGET_AFTER`] failover times.
@@ -169,7 +170,7 @@ impl ControlTable {
     pub async fn beat(&self, worker: &str, running: &Version, process: &str, claim: bool, retrying: &BTreeMap<String, Retrying>) -> Result<Option<u64>, LeaseError> {
         let millis = crate::clock::unix_ms();
         let mut expression =
-            "ADD heartbeat :one SET beatMillis = :millis, processorHash = :hash, processorSource = :source, process = :process".to_owned();
+            "SET heartbeat = if_not_exists(heartbeat, :millis) + :one, beatMillis = :millis, processorHash = :hash, processorSource = :source, process = :process".to_owned();
         let mut update = self
             .table
             .client

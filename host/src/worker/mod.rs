@@ -9,10 +9,13 @@
 //!   in a task of its own (`upkeep.rs`), no renewal waiting on another (in
 //!   heartbeat mode each beat renews the leases, and the renewal task only
 //!   renews a lease the heartbeat no longer covers);
-//! - the heartbeats of the fleet, every [`control::poll_interval`] and at the
-//!   moment a worker would die: a worker that joined, stopped or died starts
-//!   a take pass at once (which also gives back leases above this worker's
-//!   share, after a checkpoint);
+//! - the heartbeats of the fleet, every [`control::poll_interval`] for the
+//!   two watchers and less often for the others ([`FleetWatch::read_every`]),
+//!   and at the moment a worker would die: a worker that joined, stopped or
+//!   died starts a take pass at once (which also gives back leases above
+//!   this worker's share, after a checkpoint; a watcher in a large fleet
+//!   takes every lease a departed worker left, and gives the excess back a
+//!   read interval later);
 //! - a take pass every two failover times (Java KCL's taker interval), at
 //!   once when a lease is lost, sooner when a lease of an owner without
 //!   heartbeat can expire, when this worker is short of its share, or while
