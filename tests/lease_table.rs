@@ -57,6 +57,25 @@ fn java_rows() -> Vec<Item> {
     ]
 }
 
+/// A new lease table (named after `name`) holding `rows` as another
+/// program wrote them: its name and its store.
+async fn table_of(dynamodb: &aws_sdk_dynamodb::Client, name: &str, rows: impl IntoIterator<Item = Item>) -> (String, Arc<DynamoStore>) {
+    let table = unique(name);
+    let store = Arc::new(DynamoStore::new(dynamodb.clone(), &table));
+    store.ensure_table().await.unwrap();
+    for row in rows {
+        dynamodb.put_item().table_name(&table).set_item(Some(row)).send().await.unwrap();
+    }
+    (table, store)
+}
+
+/// Java KCL's first row after a graceful shutdown released it.
+fn released_java_lease() -> Item {
+    let mut row = java_rows()[0].clone();
+    row.remove("leaseOwner");
+    row
+}
+
 async fn get(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str) -> Item {
     dynamodb
         .get_item()
@@ -73,12 +92,7 @@ async fn get(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str) -> Ite
 #[tokio::test]
 async fn a_java_kcl_table_is_read_continued_and_not_damaged() {
     let aws = clients().await;
-    let table = unique("java-table");
-    let store = Arc::new(DynamoStore::new(aws.dynamodb.clone(), &table));
-    store.ensure_table().await.unwrap();
-    for row in java_rows() {
-        aws.dynamodb.put_item().table_name(&table).set_item(Some(row)).send().await.unwrap();
-    }
+    let (table, store) = table_of(&aws.dynamodb, "java-table", java_rows()).await;
 
     let leases = store.list().await.unwrap();
     let keys: BTreeSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
@@ -118,12 +132,7 @@ async fn a_java_kcl_table_is_read_continued_and_not_damaged() {
 #[tokio::test]
 async fn a_checkpoint_after_losing_the_lease_is_refused() {
     let aws = clients().await;
-    let table = unique("fenced-table");
-    let store = Arc::new(DynamoStore::new(aws.dynamodb.clone(), &table));
-    store.ensure_table().await.unwrap();
-    let mut row = java_rows()[0].clone();
-    row.remove("leaseOwner"); // released by a Java worker's graceful shutdown
-    aws.dynamodb.put_item().table_name(&table).set_item(Some(row)).send().await.unwrap();
+    let (table, store) = table_of(&aws.dynamodb, "fenced-table", [released_java_lease()]).await;
 
     let mut ours = Coordinator::new(store.clone(), "kcl-host-1", TakeSettings::default());
     let held = ours.take_pass().await.unwrap().taken.pop().unwrap();
@@ -229,19 +238,12 @@ async fn a_deployed_component_larger_than_an_item_comes_back_whole_and_goes() {
 #[tokio::test]
 async fn java_kcl_3_rows_are_left_alone_and_bring_back_a_renewal_per_lease() {
     let aws = clients().await;
-    let table = unique("kcl3-table");
-    let store = Arc::new(DynamoStore::new(aws.dynamodb.clone(), &table));
-    store.ensure_table().await.unwrap();
-    let mut lease = java_rows()[0].clone();
-    lease.remove("leaseOwner");
     let kcl3_rows = [
         Item::from([("leaseKey".into(), s("Leader")), ("entityType".into(), s("LEADER")), ("leaderWorkerId".into(), s("java-3"))]),
         Item::from([("leaseKey".into(), s("Migration3.0")), ("entityType".into(), s("CLIENT_VERSION_MIGRATION")), ("cv".into(), s("CLIENT_VERSION_3x"))]),
         Item::from([("leaseKey".into(), s("java-3")), ("entityType".into(), s("WORKER_METRIC_STATS")), ("lut".into(), n(1_700_000_000))]),
     ];
-    for row in kcl3_rows.iter().cloned().chain([lease]) {
-        aws.dynamodb.put_item().table_name(&table).set_item(Some(row)).send().await.unwrap();
-    }
+    let (table, store) = table_of(&aws.dynamodb, "kcl3-table", kcl3_rows.iter().cloned().chain([released_java_lease()])).await;
     let scan = store.scan().await.unwrap();
     assert_eq!(scan.leases.len(), 1);
     assert!(scan.unreadable.is_empty(), "not lease rows that cannot be read: {:?}", scan.unreadable);
