@@ -60,6 +60,16 @@ struct Beats {
     epoch: Option<u64>,
 }
 
+impl Beats {
+    fn is_valid(&self, now: Instant) -> bool {
+        self.valid_until.is_none_or(|until| now < until)
+    }
+
+    fn covers(&self, heartbeat: Option<u64>) -> bool {
+        self.epoch.is_none_or(|epoch| heartbeat.is_some_and(|h| h >= epoch))
+    }
+}
+
 impl Liveness {
     /// No heartbeat yet: only the leases' own renewals count.
     pub(super) fn new(failover_time: Duration) -> Self {
@@ -84,7 +94,15 @@ impl Liveness {
     /// Whether a lease row recording `heartbeat` may be delivered on: it is
     /// no older than the last lapse.
     pub(super) fn covers(&self, heartbeat: Option<u64>) -> bool {
-        self.beats().epoch.is_none_or(|epoch| heartbeat.is_some_and(|h| h >= epoch))
+        self.beats().covers(heartbeat)
+    }
+
+    /// Whether a lease whose row records `heartbeat` may be delivered on at
+    /// `now`: [`Self::is_valid`] and [`Self::covers`] under one lock, for the
+    /// check made at every epoch tick and host call of a processor.
+    fn admits(&self, now: Instant, heartbeat: Option<u64>) -> bool {
+        let beats = self.beats();
+        beats.is_valid(now) && beats.covers(heartbeat)
     }
 
     /// Whether the heartbeat renews the leases now (rather than a write per lease).
@@ -122,7 +140,7 @@ impl Liveness {
 
     /// Whether the last heartbeat is recent enough (or none is kept).
     pub fn is_valid(&self, now: Instant) -> bool {
-        self.beats().valid_until.is_none_or(|until| now < until)
+        self.beats().is_valid(now)
     }
 }
 
@@ -199,8 +217,7 @@ impl<S: LeaseStore> HeldLease<S> {
         let now = Instant::now();
         !*self.lost.borrow()
             && now < *self.valid_until.lock().expect("not poisoned")
-            && self.liveness.is_valid(now)
-            && !self.behind_epoch()
+            && self.liveness.admits(now, *self.row_heartbeat.lock().expect("not poisoned"))
     }
 
     /// Whether the row records a heartbeat from before the last lapse: a
