@@ -414,6 +414,10 @@ impl FleetWatch {
             coordinator.set_fleet(self.fleet.clone());
         }
         if change == FleetChange::Departed && self.covers_departures() {
+            tracing::info!(
+                "a worker died or stopped: as a watcher, taking every lease it left now (the others read the fleet every {:?})",
+                self.others_read_every()
+            );
             coordinator.cover_departures();
         }
         change

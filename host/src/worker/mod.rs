@@ -40,7 +40,7 @@ use tracing::Instrument;
 use crate::admin::{self, Health};
 use crate::aws::{AwsClients, AwsError};
 use crate::config::WorkerConfig;
-use crate::control::{self, ControlTable, FleetChange, FleetWatch};
+use crate::control::{self, ControlTable, FleetWatch};
 use crate::failure::policy::RetryBoard;
 use crate::failure::DeadLetters;
 use crate::fanout;
@@ -364,12 +364,6 @@ impl Worker {
         if change.is_change() {
             let now = self.fleet.fleet();
             tracing::info!(live = ?now.live, dead = ?now.dead, "the fleet changed");
-        }
-        if change == FleetChange::Departed && self.fleet.covers_departures() {
-            tracing::info!(
-                "a worker died or stopped: as a watcher, taking every lease it left now (the others read the fleet every {:?})",
-                self.fleet.others_read_every()
-            );
         }
         for (worker, heartbeat) in self.fleet.forgettable(read_at) {
             if let Err(e) = self.control.forget(&worker, heartbeat).await {
