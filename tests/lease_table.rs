@@ -1,7 +1,7 @@
 //! The lease table against a real DynamoDB API (dynalite): rows as the Java
 //! KCL 2.x writes them are read, continued and not damaged.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -235,23 +235,33 @@ async fn a_deployed_component_larger_than_an_item_comes_back_whole_and_goes() {
     assert_eq!(store.get("9f2c1ab3d4e5").await.unwrap(), None);
 }
 
+/// A lease row as Java KCL 3.x writes it: marked `entityType` `LEASE`, and
+/// naming the owner a graceful handoff in flight moves it from.
+fn kcl3_lease() -> Item {
+    let mut row = released_java_lease();
+    row.insert("entityType".into(), s("LEASE"));
+    row.insert("checkpointOwner".into(), s("java-3-old"));
+    row
+}
+
 #[tokio::test]
-async fn java_kcl_3_rows_are_left_alone_and_bring_back_a_renewal_per_lease() {
+async fn java_kcl_3_rows_are_left_alone_their_leases_read_and_their_workers_counted() {
     let aws = clients().await;
     let kcl3_rows = [
         Item::from([("leaseKey".into(), s("Leader")), ("entityType".into(), s("LEADER")), ("leaderWorkerId".into(), s("java-3"))]),
         Item::from([("leaseKey".into(), s("Migration3.0")), ("entityType".into(), s("CLIENT_VERSION_MIGRATION")), ("cv".into(), s("CLIENT_VERSION_3x"))]),
         Item::from([("leaseKey".into(), s("java-3")), ("entityType".into(), s("WORKER_METRIC_STATS")), ("lut".into(), n(1_700_000_000))]),
     ];
-    let (table, store) = table_of(&aws.dynamodb, "kcl3-table", kcl3_rows.iter().cloned().chain([released_java_lease()])).await;
+    let (table, store) = table_of(&aws.dynamodb, "kcl3-table", kcl3_rows.iter().cloned().chain([kcl3_lease()])).await;
     let scan = store.scan().await.unwrap();
-    assert_eq!(scan.leases.len(), 1);
+    assert_eq!(scan.leases.iter().map(|l| l.key.as_str()).collect::<Vec<_>>(), ["shardId-000000000000"], "its lease reads as a lease");
     assert!(scan.unreadable.is_empty(), "not lease rows that cannot be read: {:?}", scan.unreadable);
     assert_eq!(scan.kcl3_rows, 3);
+    assert_eq!(scan.kcl3_workers, BTreeMap::from([("java-3".to_owned(), 1_700_000_000)]), "a worker, with its last report");
 
     let mut coordinator = Coordinator::new(store.clone(), "kcl-host-1", TakeSettings::default());
     coordinator.cover().heartbeat_written(tokio::time::Instant::now(), 1);
-    assert_eq!(coordinator.take_pass().await.unwrap().taken.len(), 1);
+    assert_eq!(coordinator.take_pass().await.unwrap().taken.len(), 1, "a report from 2023 is no live worker: the one lease is this worker's share");
     assert!(!coordinator.liveness().heartbeat_leases(), "a 3.x fleet judges leases by their counters");
     for row in &kcl3_rows {
         let key = match &row["leaseKey"] {
@@ -260,6 +270,10 @@ async fn java_kcl_3_rows_are_left_alone_and_bring_back_a_renewal_per_lease() {
         };
         assert_eq!(&get(&aws.dynamodb, &table, &key).await, row, "{key} untouched");
     }
+    let taken = get(&aws.dynamodb, &table, "shardId-000000000000").await;
+    assert_eq!(taken["leaseOwner"], s("kcl-host-1"));
+    assert_eq!(taken["entityType"], s("LEASE"), "still a lease to 3.x");
+    assert!(!taken.contains_key("checkpointOwner"), "no handoff in flight any more, as 3.x's own take leaves it");
 }
 
 /// A heartbeat counter never goes back for a worker id, even when its row

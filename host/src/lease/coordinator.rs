@@ -2,9 +2,9 @@
 //! eviction, and the leases this worker holds ([`HeldLease`], renewed by a
 //! [`Renewer`]).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 // tokio's clock: the lease simulation runs it paused, as a virtual clock.
 use tokio::time::Instant;
 
@@ -25,6 +25,8 @@ pub struct Coordinator<S> {
     /// Held leases being given back to balance the fleet.
     releasing: HashSet<String>,
     fleet: Fleet,
+    /// Live Java KCL 3.x workers, as the last pass read their metrics rows.
+    kcl3_workers: BTreeSet<String>,
     liveness: Arc<Liveness>,
     /// The leases as the last pass read them, for the shard sync.
     leases: Vec<Lease>,
@@ -68,6 +70,7 @@ impl<S: LeaseStore> Coordinator<S> {
             held: HeldMap::default(),
             releasing: HashSet::new(),
             fleet: Fleet::default(),
+            kcl3_workers: BTreeSet::new(),
             liveness: Arc::new(Liveness::new(settings.failover_time)),
             leases: Vec::new(),
             next_expiry: None,
@@ -103,6 +106,7 @@ impl<S: LeaseStore> Coordinator<S> {
             let now = Instant::now();
             self.tracker.observe_leases(&scan.leases, now);
             self.choose_renewal(&scan);
+            self.count_kcl3_workers(&scan);
             self.drop_taken_over(&scan.leases);
             self.leases = scan.leases.clone();
             let leases = self.without_unreadable_parents(scan);
@@ -169,6 +173,17 @@ impl<S: LeaseStore> Coordinator<S> {
         }
     }
 
+    /// Counts the live Java KCL 3.x workers toward the target, logging
+    /// each change: their leader assigns them the leases kcl-host gives back.
+    fn count_kcl3_workers(&mut self, scan: &LeaseScan) {
+        let unix_now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let live = rules::live_kcl3_workers(&scan.kcl3_workers, unix_now);
+        if live != self.kcl3_workers {
+            tracing::info!(workers = ?live, "Java KCL 3.x workers (metrics rows updated within {}s) count toward each worker's share", rules::KCL3_WORKER_EXPIRY.as_secs());
+            self.kcl3_workers = live;
+        }
+    }
+
     /// Forgets a held lease the table shows taken by another worker since
     /// this one last wrote it: a Java worker that judged it by its counter
     /// in heartbeat mode. Its consumer stops (its checkpoints would be
@@ -187,7 +202,7 @@ impl<S: LeaseStore> Coordinator<S> {
     }
 
     fn view<'a>(&'a self, held: &'a HashSet<String>, now: Instant) -> View<'a> {
-        View { me: &self.worker_id, held, releasing: &self.releasing, fleet: &self.fleet, tracker: &self.tracker, now, cover: false }
+        View { me: &self.worker_id, held, releasing: &self.releasing, fleet: &self.fleet, kcl3_workers: &self.kcl3_workers, tracker: &self.tracker, now, cover: false }
     }
 
     /// The keys of the held leases. A lease on its way back that was lost

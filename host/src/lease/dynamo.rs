@@ -199,13 +199,32 @@ pub fn parse(item: &Item) -> Result<Lease, String> {
     })
 }
 
-/// `set` (a `SET` clause) that also records the writer's heartbeat counter,
-/// or drops a counter left by an earlier owner when it keeps none.
-fn with_heartbeat(update: UpdateItemFluentBuilder, set: &str, heartbeat: Option<u64>) -> (UpdateItemFluentBuilder, String) {
-    match heartbeat {
-        Some(counter) => (update.expression_attribute_values(":heartbeat", number(counter)), format!("{set}, ownerHeartbeat = :heartbeat")),
-        None => (update, format!("{set} REMOVE ownerHeartbeat")),
+/// A Java KCL 3.x worker's metrics row (`entityType` `WORKER_METRIC_STATS`):
+/// its worker id (`leaseKey`) and when it last reported (`lut`, epoch
+/// seconds on that worker's clock).
+fn kcl3_worker(item: &Item) -> Option<(String, u64)> {
+    match (item.get("entityType")?, item.get("leaseKey")?, item.get("lut")?) {
+        (AttributeValue::S(kind), AttributeValue::S(worker), AttributeValue::N(lut)) if kind == "WORKER_METRIC_STATS" => {
+            Some((worker.clone(), lut.parse().ok()?))
+        }
+        _ => None,
     }
+}
+
+/// `set` (a `SET` clause) and `remove` (attributes to drop), recording the
+/// writer's heartbeat counter too, or dropping a counter left by an earlier
+/// owner when it keeps none.
+fn with_heartbeat(update: UpdateItemFluentBuilder, set: &str, remove: &[&str], heartbeat: Option<u64>) -> (UpdateItemFluentBuilder, String) {
+    let mut remove = remove.to_vec();
+    let (update, set) = match heartbeat {
+        Some(counter) => (update.expression_attribute_values(":heartbeat", number(counter)), format!("{set}, ownerHeartbeat = :heartbeat")),
+        None => {
+            remove.push("ownerHeartbeat");
+            (update, set.to_owned())
+        }
+    };
+    let expression = if remove.is_empty() { set } else { format!("{set} REMOVE {}", remove.join(", ")) };
+    (update, expression)
 }
 
 /// The row for a new lease.
@@ -250,9 +269,17 @@ impl LeaseStore for DynamoStore {
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.error("Scan", e))?;
             for item in page.items() {
-                if item.contains_key("entityType") {
-                    scan.kcl3_rows += 1;
-                    continue;
+                // Java KCL 3.x marks every row it writes; its leases read as any other.
+                match item.get("entityType") {
+                    None => {}
+                    Some(AttributeValue::S(kind)) if kind == "LEASE" => {}
+                    Some(_) => {
+                        scan.kcl3_rows += 1;
+                        if let Some((worker, last_update)) = kcl3_worker(item) {
+                            scan.kcl3_workers.insert(worker, last_update);
+                        }
+                        continue;
+                    }
                 }
                 match parse(item) {
                     Ok(lease) => scan.leases.push(lease),
@@ -295,6 +322,9 @@ impl LeaseStore for DynamoStore {
             self.conditional_update(lease, false),
             "SET leaseOwner = :me, leaseCounter = :next, \
              ownerSwitchesSinceCheckpoint = if_not_exists(ownerSwitchesSinceCheckpoint, :zero) + :switches",
+            // A Java KCL 3.x handoff in flight names its old owner there;
+            // 3.x clears it on every take too.
+            &["checkpointOwner"],
             heartbeat,
         );
         let update = update
@@ -306,7 +336,7 @@ impl LeaseStore for DynamoStore {
     }
 
     async fn renew(&self, lease: &Lease, heartbeat: Option<u64>) -> Result<Option<Lease>, LeaseError> {
-        let (update, expression) = with_heartbeat(self.conditional_update(lease, true), "SET leaseCounter = :next", heartbeat);
+        let (update, expression) = with_heartbeat(self.conditional_update(lease, true), "SET leaseCounter = :next", &[], heartbeat);
         let update = update.update_expression(expression);
         self.send_update_within("UpdateItem (renew lease)", lease, update, |row| row.owner == lease.owner, self.renewal_timeout).await
     }

@@ -76,7 +76,7 @@ impl LeaseStore for MemoryStore {
         let _ = self.scans_held.subscribe().wait_for(|held| !held).await;
         self.count("scan");
         let leases = self.rows.lock().unwrap().values().cloned().collect();
-        Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone(), kcl3_rows: 0 })
+        Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone(), ..LeaseScan::default() })
     }
 
     async fn create(&self, lease: &Lease) -> Result<bool, LeaseError> {

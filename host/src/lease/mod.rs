@@ -20,7 +20,7 @@ mod simulation;
 mod scale;
 pub(crate) mod table;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 
@@ -157,10 +157,13 @@ pub struct LeaseScan {
     pub leases: Vec<Lease>,
     /// Keys of rows that could not be read as leases.
     pub unreadable: BTreeSet<String>,
-    /// Rows Java KCL 3.x keeps beside the leases (with an `entityType`:
-    /// `LEADER`, `CLIENT_VERSION_MIGRATION`, `WORKER_METRIC_STATS`): left
-    /// alone; they say a 3.x fleet uses the table.
+    /// Rows Java KCL 3.x keeps beside the leases (with an `entityType`
+    /// other than `LEASE`: `LEADER`, `CLIENT_VERSION_MIGRATION`,
+    /// `WORKER_METRIC_STATS`): left alone; they say a 3.x fleet uses the table.
     pub kcl3_rows: usize,
+    /// The Java KCL 3.x workers among those rows (`WORKER_METRIC_STATS`):
+    /// worker id → when it last reported (`lut`, epoch seconds on its clock).
+    pub kcl3_workers: BTreeMap<String, u64>,
 }
 
 /// A lease table operation that failed for a reason other than a lost race.

@@ -8,8 +8,10 @@
 //!   ([`ExpiryTracker`]; the only rule for owners without a heartbeat, such
 //!   as Java KCL workers).
 //! - **Target**: ceil(ready leases / live workers), capped by max leases.
-//!   Live workers are the owners of unexpired leases and every kcl-host
-//!   worker with a heartbeat, so one that holds nothing yet counts too.
+//!   Live workers are the owners of unexpired leases, every kcl-host
+//!   worker with a heartbeat and every Java KCL 3.x worker with a recent
+//!   metrics row ([`live_kcl3_workers`]), so one that holds nothing yet
+//!   counts too.
 //! - **Taking**: up to the target at once, expired leases first ([`plan_take`]);
 //!   every free and expired lease when covering for a worker that died or
 //!   stopped ([`View::cover`]), the excess given back by the next rule.
@@ -93,6 +95,22 @@ impl ExpiryTracker {
     }
 }
 
+/// How long a Java KCL 3.x worker counts as live after its metrics row's
+/// last update: 3.x's own default (two reports 30 s apart), so kcl-host
+/// counts the workers the 3.x leader assigns leases to.
+pub const KCL3_WORKER_EXPIRY: Duration = Duration::from_secs(60);
+
+/// The Java KCL 3.x workers that count as live at `unix_now` (epoch
+/// seconds): those whose metrics row (`lut`) is younger than
+/// [`KCL3_WORKER_EXPIRY`]. Judged on the wall clock, as 3.x judges them.
+pub fn live_kcl3_workers(last_updates: &BTreeMap<String, u64>, unix_now: u64) -> BTreeSet<String> {
+    last_updates
+        .iter()
+        .filter(|(_, lut)| unix_now.saturating_sub(**lut) < KCL3_WORKER_EXPIRY.as_secs())
+        .map(|(worker, _)| worker.clone())
+        .collect()
+}
+
 /// The kcl-host workers of an application, as their heartbeat rows show them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Fleet {
@@ -140,6 +158,9 @@ pub struct View<'a> {
     pub releasing: &'a HashSet<String>,
     /// The live and dead workers.
     pub fleet: &'a Fleet,
+    /// Live Java KCL 3.x workers ([`live_kcl3_workers`]): they get their
+    /// share from their leader, out of the leases kcl-host gives back.
+    pub kcl3_workers: &'a BTreeSet<String>,
     /// When each lease was last seen to change.
     pub tracker: &'a ExpiryTracker,
     /// The time of the scan.
@@ -177,7 +198,7 @@ impl<'a> Census<'a> {
             expired: Vec::new(),
             free: Vec::new(),
             others: BTreeMap::new(),
-            workers: view.fleet.live.iter().map(String::as_str).filter(|w| *w != view.me).collect(),
+            workers: view.fleet.live.iter().chain(view.kcl3_workers).map(String::as_str).filter(|w| *w != view.me).collect(),
             target: 0,
         };
         for lease in leases.iter().filter(|l| is_ready(l, &by_key)) {
@@ -286,6 +307,9 @@ mod tests {
     use crate::lease::Checkpoint;
     use std::collections::BTreeSet;
 
+    /// No Java KCL 3.x workers.
+    static NO_KCL3: BTreeSet<String> = BTreeSet::new();
+
     fn lease(key: &str, owner: Option<&str>) -> Lease {
         Lease { owner: owner.map(str::to_owned), ..Lease::new(key, Checkpoint::TrimHorizon, BTreeSet::new()) }
     }
@@ -300,7 +324,7 @@ mod tests {
         let mut tracker = ExpiryTracker::default();
         let now = Instant::now();
         tracker.observe_leases(leases, now);
-        let view = View { me, held: &held, releasing: &HashSet::new(), fleet, tracker: &tracker, now, cover: false };
+        let view = View { me, held: &held, releasing: &HashSet::new(), fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false };
         plan_take(leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(7))
     }
 
@@ -309,12 +333,17 @@ mod tests {
     }
 
     fn release(leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet) -> usize {
+        release_beside(leases, me, releasing, fleet, &NO_KCL3)
+    }
+
+    /// [`release`] in a fleet with Java KCL 3.x workers.
+    fn release_beside(leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet, kcl3_workers: &BTreeSet<String>) -> usize {
         let held: HashSet<String> = leases.iter().filter(|l| l.is_owned_by(me)).map(|l| l.key.clone()).collect();
         let releasing = releasing.iter().map(|k| k.to_string()).collect();
         let mut tracker = ExpiryTracker::default();
         let now = Instant::now();
         tracker.observe_leases(leases, now);
-        let view = View { me, held: &held, releasing: &releasing, fleet, tracker: &tracker, now, cover: false };
+        let view = View { me, held: &held, releasing: &releasing, fleet, kcl3_workers, tracker: &tracker, now, cover: false };
         plan_release(leases, &view, &TakeSettings::default())
     }
 
@@ -388,7 +417,7 @@ mod tests {
         tracker.observe_leases(&leases, start);
         let mut rng = fastrand::Rng::with_seed(1);
         let (held, fleet) = (HashSet::new(), Fleet::default());
-        let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, tracker: &tracker, now, cover: false };
+        let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false };
         let early = plan_take(&leases, &at(start + Duration::from_secs(9)), &settings, &mut rng);
         assert!(early.take.is_empty(), "not before the failover time");
         let late = plan_take(&leases, &at(start + Duration::from_secs(10)), &settings, &mut rng);
@@ -402,7 +431,7 @@ mod tests {
         let mut tracker = ExpiryTracker::default();
         let now = Instant::now();
         tracker.observe_leases(&leases, now);
-        let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, tracker: &tracker, now, cover: false };
+        let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false };
         let settings = TakeSettings { max_leases: 4, ..Default::default() };
         let p = plan_take(&leases, &view, &settings, &mut fastrand::Rng::with_seed(3));
         assert_eq!(p.take.len(), 4);
@@ -454,7 +483,7 @@ mod tests {
         let now = Instant::now();
         tracker.observe_leases(&leases, now);
         let none = HashSet::new();
-        let view = |cover| View { me: "w1", held: &held, releasing: &none, fleet: &after, tracker: &tracker, now, cover };
+        let view = |cover| View { me: "w1", held: &held, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover };
         let settings = TakeSettings::default();
         // 10 ready, 2 live workers: target 5, and w1 holds 2.
         assert_eq!(plan_take(&leases, &view(false), &settings, &mut fastrand::Rng::with_seed(1)).take.len(), 3);
@@ -466,8 +495,29 @@ mod tests {
         }
         assert_eq!(release(&leases, "w1", &[], &after), 3);
         let all_mine: HashSet<String> = leases[..8].iter().map(|l| l.key.clone()).collect();
-        let view = View { me: "w1", held: &all_mine, releasing: &none, fleet: &after, tracker: &tracker, now, cover: false };
+        let view = View { me: "w1", held: &all_mine, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false };
         assert!(above_target(&leases, &view, &settings));
+    }
+
+    #[test]
+    fn a_java_kcl_3_worker_counts_from_its_metrics_row_and_gets_its_share_given_back() {
+        let reported = BTreeMap::from([("java-live".to_owned(), 1_000), ("java-gone".to_owned(), 940)]);
+        let live = live_kcl3_workers(&reported, 1_059);
+        assert_eq!(live, BTreeSet::from(["java-live".to_owned()]), "a row 60 s old is a worker 3.x itself counts as gone");
+
+        let mut leases: Vec<_> = (0..4).map(|i| lease(&format!("s{i}"), Some("w1"))).collect();
+        let alone = fleet(&["w1"], &[]);
+        assert_eq!(release_beside(&leases, "w1", &[], &alone, &live), 2, "4 leases, 2 workers: 2 go back for its leader to assign");
+        leases[3].owner = None;
+        assert_eq!(release_beside(&leases, "w1", &[], &alone, &live), 1, "the free one counts toward its share");
+        leases[2].owner = Some("java-live".into());
+        assert_eq!(release_beside(&leases, "w1", &[], &alone, &live), 0);
+        let held: HashSet<String> = ["s0", "s1"].map(String::from).into();
+        let mut tracker = ExpiryTracker::default();
+        let now = Instant::now();
+        tracker.observe_leases(&leases, now);
+        let view = View { me: "w1", held: &held, releasing: &HashSet::new(), fleet: &alone, kcl3_workers: &live, tracker: &tracker, now, cover: false };
+        assert!(plan_take(&leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(5)).take.is_empty(), "the free lease is left for the 3.x worker");
     }
 
     #[test]
