@@ -4,6 +4,10 @@
 #
 #   scripts/servers.sh start   install if needed, start both, wait until each
 #                              answers an API call, write .servers/env
+#   scripts/servers.sh start --kcl3
+#                              also a second DynamoDB (PyPI moto) that Java
+#                              KCL 3.x can use, for the mixed-fleet test
+#                              (its endpoint: KCL3_DYNAMODB_ENDPOINT)
 #   scripts/servers.sh stop    stop what `start` started (by PID)
 #   scripts/servers.sh env     print the variables that point clients at them
 #
@@ -39,11 +43,14 @@ install() {
   fi
 }
 
-# A signed-looking request: both servers accept any credentials.
+# A signed-looking request: the servers accept any credentials (moto picks
+# the service by the credential's scope: kinesis or dynamodb).
 api_call() { # url target content-type
+  local service
+  service=$(echo "${2%%_*}" | tr '[:upper:]' '[:lower:]')
   curl -sf -m 2 -X POST "$1" -H "X-Amz-Target: $2" -H "Content-Type: $3" \
     -H "X-Amz-Date: 20260101T000000Z" \
-    -H "Authorization: AWS4-HMAC-SHA256 Credential=AKIDLOCAL/20260101/us-east-1/x/aws4_request, SignedHeaders=host;x-amz-date, Signature=00" \
+    -H "Authorization: AWS4-HMAC-SHA256 Credential=AKIDLOCAL/20260101/us-east-1/$service/aws4_request, SignedHeaders=host;x-amz-date, Signature=00" \
     -d '{}' >/dev/null 2>&1
 }
 
@@ -57,8 +64,17 @@ wait_ready() { # name pid url target content-type
   return 1
 }
 
+install_moto() {
+  local venv="$root/tools/moto/venv" wanted="$root/tools/moto/requirements.txt"
+  if ! cmp -s "$wanted" "$venv/installed.txt" 2>/dev/null; then
+    python3 -m venv "$venv" || die "python3 could not make a virtual environment in $venv (Debian: apt-get install python3-venv)"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$wanted" || die "pip could not install moto (see above)"
+    cp "$wanted" "$venv/installed.txt"
+  fi
+}
+
 stop() {
-  for name in kinesis dynamodb; do
+  for name in kinesis dynamodb kcl3-dynamodb; do
     if [ -f "$state/$name.pid" ]; then
       kill -9 "$(cat "$state/$name.pid")" 2>/dev/null || true
       rm -f "$state/$name.pid"
@@ -68,7 +84,10 @@ stop() {
 }
 
 start() {
+  local kcl3=${1:-}
+  [ -z "$kcl3" ] || [ "$kcl3" = --kcl3 ] || die "usage: scripts/servers.sh start [--kcl3]"
   install
+  [ -z "$kcl3" ] || install_moto
   mkdir -p "$state"
   stop
   local kport=${KINESIS_PORT:-$(free_port)} dport=${DYNAMODB_PORT:-$(free_port)} tport
@@ -103,12 +122,24 @@ export AWS_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=AKIDLOCAL
 export AWS_SECRET_ACCESS_KEY=local
 ENV
+  if [ -n "$kcl3" ]; then
+    local mport
+    mport=$(free_port)
+    setsid "$root/tools/moto/venv/bin/moto_server" -H 127.0.0.1 -p "$mport" >"$state/kcl3-dynamodb.log" 2>&1 &
+    echo $! >"$state/kcl3-dynamodb.pid"
+    if ! wait_ready kcl3-dynamodb "$(cat "$state/kcl3-dynamodb.pid")" "http://127.0.0.1:$mport/" \
+          DynamoDB_20120810.ListTables application/x-amz-json-1.0; then
+      stop; die "moto did not start on port $mport (log above)"
+    fi
+    echo "export KCL3_DYNAMODB_ENDPOINT=http://127.0.0.1:$mport" >>"$state/env"
+    echo "servers: DynamoDB for Java KCL 3.x (moto) on 127.0.0.1:$mport" >&2
+  fi
   echo "servers: Kinesis on 127.0.0.1:$kport, DynamoDB on 127.0.0.1:$dport (variables in .servers/env)" >&2
 }
 
 case "${1:-}" in
-  start) start ;;
+  start) start "${2:-}" ;;
   stop) stop ;;
   env) cat "$state/env" ;;
-  *) die "usage: scripts/servers.sh start|stop|env" ;;
+  *) die "usage: scripts/servers.sh start [--kcl3]|stop|env" ;;
 esac

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The test command: builds the guests, starts the local servers, runs every
-# test in the workspace against them, and stops the servers again.
+# The test command: builds the guests and the Java KCL 3.x worker, starts the
+# local servers, runs every test in the workspace against them, and stops the
+# servers again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/build-guests.sh
-bash scripts/servers.sh start
+bash scripts/build-java-kcl3.sh
+bash scripts/servers.sh start --kcl3
 trap 'bash scripts/servers.sh stop' EXIT
 # shellcheck disable=SC1091
 source .servers/env

@@ -2,6 +2,7 @@
 //! and which records come twice.
 
 use super::*;
+use kcl_testkit::java_kcl3;
 
 /// Two workers on a 4-shard stream, balanced: the second joined once the
 /// first held all four, and was given two of them.
@@ -227,4 +228,126 @@ async fn a_killed_watcher_is_covered_by_its_deputy_and_the_fleet_balances_again(
         let (status, log) = worker.interrupt().await;
         assert!(status.success(), "{}", log.join("\n"));
     }
+}
+
+/// Moving back to Java KCL 3.x, shard by shard. A 3.x worker started beside
+/// a kcl-host worker that holds all four leases gets its share: kcl-host
+/// counts it by its metrics row and gives two leases back after a
+/// checkpoint, and the 3.x leader assigns them to it. Once kcl-host stops,
+/// it gets the other two. Both judge leases by their counters
+/// (`--lease-renewal per-lease`, as docs/OPERATIONS.md says to set before a
+/// Java worker joins), so neither takes a lease the other holds. Every
+/// record is processed once: each lease moves after a checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_kcl_3_worker_gets_its_share_from_kcl_host_and_every_shard_once_it_stops() {
+    const SIGTERM: i32 = 15;
+    const FLAGS: [&str; 4] = ["--failover-time", "4s", "--lease-renewal", "per-lease"];
+    let aws = java_kcl3::clients().await;
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let stream = TestStream::create(&aws.kinesis, &unique("kcl3"), 4).await;
+    let application = unique("kcl3-app");
+    let mut records = BTreeSet::new();
+    put_all(&stream, "before", &mut records).await;
+    let mut host = start_with_env("counter", &stream.name, &application, "kcl-host-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)]);
+    host.wait_for("all four shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 4).await;
+
+    let mut java = java_kcl3::spawn(&stream.name, &application, "java-1", 4_000);
+    host.wait_for("two leases given back to the 3.x worker", LIMIT, |log| count_lines(log, "gave the lease back") >= 2).await;
+    assert!(count_lines(&host.log().await, r#"count toward each worker's share workers={"java-1"}"#) >= 1, "counted by its metrics row");
+    owners_become(&aws, &application, BTreeMap::from([("kcl-host-1".into(), 2), ("java-1".into(), 2)])).await;
+    assert_kcl3_table(&aws, &application).await;
+    let theirs: BTreeSet<String> =
+        leases(&aws.dynamodb, &application).await.into_iter().filter(|l| l.is_owned_by("java-1")).map(|l| l.key).collect();
+    put_all(&stream, "shared", &mut records).await;
+    let shared_on_theirs: BTreeSet<String> =
+        records.iter().filter(|r| theirs.iter().any(|shard| r.starts_with(&format!("shared-{shard}-")))).cloned().collect();
+    java.wait_for("the 3.x worker's shared records", LIMIT, |log| covers(log, &[], &shared_on_theirs)).await;
+
+    host.signal(SIGTERM);
+    let (status, host_log) = host.wait_exit(LIMIT).await;
+    assert!(status.success(), "{}", host_log.join("\n"));
+    owners_become(&aws, &application, BTreeMap::from([("java-1".into(), 4)])).await;
+    put_all(&stream, "after", &mut records).await;
+    let by_host: Vec<Delivered> = host_log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).collect();
+    let expected = records.clone();
+    java.wait_for("every record", LIMIT, |log| covers(log, &by_host, &expected)).await;
+
+    let by_java = java.delivered().await;
+    let counts = delivery_counts(by_host.iter().chain(&by_java));
+    assert_eq!(delivered_set(&counts), records, "every record processed, none lost");
+    assert_eq!(by_host.len() + by_java.len(), records.len(), "each lease moved after a checkpoint: no duplicates");
+    let java_log = java.log().await;
+    assert_eq!(count_lines(&host_log, "the lease was taken by another worker"), 0, "the 3.x leader took no lease kcl-host held");
+    assert_eq!(count_lines(&java_log, "checkpoint refused"), 0, "kcl-host took no lease the 3.x worker held");
+    java.kill().await;
+}
+
+/// The lease table is a Java KCL 3.x table: the index 3.x adds, and the
+/// rows it keeps beside the leases.
+async fn assert_kcl3_table(aws: &AwsClients, application: &str) {
+    let table = aws.dynamodb.describe_table().table_name(application).send().await.unwrap().table.unwrap();
+    let indexes: Vec<&str> = table.global_secondary_indexes().iter().filter_map(|i| i.index_name()).collect();
+    assert_eq!(indexes, ["LeaseOwnerToLeaseKeyIndex"]);
+    let rows = aws.dynamodb.scan().table_name(application).send().await.unwrap();
+    let kinds: BTreeSet<&str> = rows.items().iter().filter_map(|row| row.get("entityType")?.as_s().ok().map(String::as_str)).collect();
+    assert!(kinds.is_superset(&BTreeSet::from(["LEADER", "CLIENT_VERSION_MIGRATION", "WORKER_METRIC_STATS"])), "{kinds:?}");
+}
+
+/// The other way: a kcl-host worker joins a fleet of one Java KCL 3.x
+/// worker on a table 3.x made (its lease rows marked `entityType` `LEASE`)
+/// and takes its share by stealing, one lease at a time, as it does from
+/// Java KCL 2.x; the 3.x leader leaves the leases kcl-host renews alone.
+/// Every record is processed; only records after the checkpoint kcl-host
+/// started a stolen shard from come twice (the batch the 3.x worker was
+/// processing when its lease was taken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcl_host_joins_a_java_kcl_3_fleet_and_steals_its_share() {
+    const FLAGS: [&str; 4] = ["--failover-time", "4s", "--lease-renewal", "per-lease"];
+    // 3.x's first start on a new table is slow: about 70 s before its first lease.
+    const FIRST_START: Duration = Duration::from_secs(240);
+    let aws = java_kcl3::clients().await;
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let stream = TestStream::create(&aws.kinesis, &unique("kcl3-join"), 4).await;
+    let application = unique("kcl3-join-app");
+    let mut records = BTreeSet::new();
+    put_all(&stream, "before", &mut records).await;
+    let mut java = java_kcl3::spawn(&stream.name, &application, "java-1", 4_000);
+    let before = records.clone();
+    java.wait_for("every record, by the 3.x worker alone", FIRST_START, |log| covers(log, &[], &before)).await;
+    assert_kcl3_table(&aws, &application).await;
+
+    let mut host = start_with_env("counter", &stream.name, &application, "kcl-host-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)]);
+    owners_become(&aws, &application, BTreeMap::from([("kcl-host-1".into(), 2), ("java-1".into(), 2)])).await;
+    put_all(&stream, "after", &mut records).await;
+    // Each processes the new records of the shards it holds (and so what
+    // came before them on those shards).
+    let owners: BTreeMap<String, String> =
+        leases(&aws.dynamodb, &application).await.into_iter().map(|l| (l.key, l.owner.unwrap_or_default())).collect();
+    let after_on = |worker: &str| -> BTreeSet<String> {
+        records.iter().filter(|r| owners.iter().any(|(shard, owner)| owner == worker && r.starts_with(&format!("after-{shard}-")))).cloned().collect()
+    };
+    let (host_after, java_after) = (after_on("kcl-host-1"), after_on("java-1"));
+    host.wait_for("its new records", LIMIT, |log| covers(log, &[], &host_after)).await;
+    java.wait_for("its new records", LIMIT, |log| covers(log, &[], &java_after)).await;
+
+    let (by_host, by_java) = (host.delivered().await, java.delivered().await);
+    let counts = delivery_counts(by_host.iter().chain(&by_java));
+    assert_eq!(delivered_set(&counts), records, "every record processed, none lost");
+    let host_log = host.log().await;
+    let started_from: BTreeMap<String, Checkpoint> = host_log
+        .iter()
+        .filter_map(|line| {
+            let (_, rest) = line.split_once("kcl_host::guest: initialize ")?;
+            let (shard, rest) = rest.split_once(" from ")?;
+            let checkpoint = rest.split(' ').next()?.split('/').next()?;
+            Some((shard.to_owned(), Checkpoint::parse(checkpoint, 0)?))
+        })
+        .collect();
+    assert_eq!(started_from.len(), 2, "kcl-host started the two shards it stole: {started_from:?}");
+    assert!(counts.values().all(|(n, d)| *n == 1 || started_from.contains_key(&d.shard)), "only stolen shards have records twice");
+    only_after_checkpoints_twice(&counts, &started_from);
+    assert_eq!(count_lines(&host_log, "the lease was taken by another worker"), 0, "the 3.x leader took no lease kcl-host held");
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    java.kill().await;
 }

@@ -42,13 +42,18 @@ fn start(guest_name: &str, stream: &str, application: &str, worker: &str) -> Kcl
 
 /// `kcl-host run` with the tests' settings plus `extra` flags.
 fn start_with(guest_name: &str, stream: &str, application: &str, worker: &str, extra: &[&str]) -> KclHost {
+    start_with_env(guest_name, stream, application, worker, extra, &[])
+}
+
+/// [`start_with`] with `env` set too (another DynamoDB endpoint, say).
+fn start_with_env(guest_name: &str, stream: &str, application: &str, worker: &str, extra: &[&str], env: &[(&str, &str)]) -> KclHost {
     let (processor, cache) = (guest(guest_name), test_cache_dir().display().to_string());
     let mut args = vec![
         "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
         "--idle-time-between-reads", "200ms", "--cache-dir", &cache,
     ];
     args.extend_from_slice(extra);
-    KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args)
+    KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, env)
 }
 
 fn lease<'a>(leases: &'a [Lease], key: &str) -> &'a Lease {

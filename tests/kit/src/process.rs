@@ -22,7 +22,8 @@ pub struct Delivered {
     pub processor: String,
 }
 
-/// A running `kcl-host`.
+/// A running `kcl-host` (or another worker that logs its records the same
+/// way: the Java KCL 3.x worker of [`crate::java_kcl3`]).
 pub struct KclHost {
     child: Child,
     readers: Vec<tokio::task::JoinHandle<()>>,
@@ -157,10 +158,11 @@ unsafe extern "C" {
     fn libc_kill(pid: i32, signal: i32) -> i32;
 }
 
-/// Parses a line the counter or the tagged guest logged:
+/// Parses a line the counter, the tagged guest or the Java KCL 3.x worker
+/// ([`crate::java_kcl3`]) logged:
 /// `... kcl_host::guest: record <seq> <key> <data> shard="<id>" processor="<version>"`.
 pub fn parse_delivered(line: &str) -> Option<Delivered> {
-    let (_, rest) = line.split_once("kcl_host::guest: record ").or_else(|| line.split_once("kcl_host::guest: record-v2 "))?;
+    let (_, rest) = ["kcl_host::guest: record ", "kcl_host::guest: record-v2 ", "java-kcl: record "].iter().find_map(|tag| line.split_once(tag))?;
     let (body, fields) = rest.rsplit_once(" shard=\"")?;
     let (shard, fields) = fields.split_once('"')?;
     let processor = fields.trim().strip_prefix("processor=\"")?.strip_suffix('"')?;
