@@ -15,7 +15,13 @@
 //! renewal per lease (`per-lease`); and a
 //! hot swap of 100 shards on one worker.
 //!
-//! Run with `bash scripts/servers.sh start && source .servers/env &&
+//! Then moving back to Java KCL 3.5.1 (`kcl3`, on the DynamoDB of
+//! `scripts/servers.sh start --kcl3`, built by `scripts/build-java-kcl3.sh`):
+//! a 3.x worker joins a kcl-host worker holding 8 shards (both at their
+//! default failover time, 10 s) → the table shows 4 and 4; SIGTERM of
+//! kcl-host → the 3.x worker holds all 8.
+//!
+//! Run with `bash scripts/servers.sh start --kcl3 && source .servers/env &&
 //! cargo bench -p kcl-host --bench handoff`; figures go in docs/BENCHMARKS.md.
 
 use std::collections::BTreeMap;
@@ -35,6 +41,11 @@ fn start(stream: &str, application: &str, worker: &str, failover: &str) -> KclHo
 
 /// [`start`], with `extra` flags.
 fn start_with(stream: &str, application: &str, worker: &str, failover: &str, extra: &[&str]) -> KclHost {
+    start_with_env(stream, application, worker, failover, extra, &[])
+}
+
+/// [`start_with`], with `env` set too.
+fn start_with_env(stream: &str, application: &str, worker: &str, failover: &str, extra: &[&str], env: &[(&str, &str)]) -> KclHost {
     let processor = kcl_testkit::guest("counter").display().to_string();
     let cache = std::env::temp_dir().join("kcl-host-bench-cache").display().to_string();
     let mut args = vec![
@@ -42,7 +53,7 @@ fn start_with(stream: &str, application: &str, worker: &str, failover: &str, ext
         "--failover-time", failover, "--idle-time-between-reads", "200ms", "--cache-dir", &cache,
     ];
     args.extend_from_slice(extra);
-    KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args)
+    KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, env)
 }
 
 /// Leases per owner, as the table says now.
@@ -110,6 +121,35 @@ async fn watcher_failover(reads: &str) {
     println!(
         "3 workers, --fleet-heartbeat-reads {reads}: kill -9 of the watcher -> its shards held {held:.2} s, balanced {balanced:.2} s; \
          SIGTERM of the next -> the last holds all {taken:.2} s"
+    );
+}
+
+/// Moving back to Java KCL 3.x: a 3.x worker joins a kcl-host worker that
+/// holds all 8 shards, timed until its first lease and until 4 and 4; then
+/// SIGTERM of kcl-host, timed until the 3.x worker holds all 8.
+async fn kcl3_handoffs() {
+    let aws = kcl_testkit::java_kcl3::clients().await;
+    let endpoint = kcl_testkit::java_kcl3::dynamodb_endpoint();
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-kcl3"), 8).await;
+    let application = unique("bench-kcl3-app");
+    let db = &aws.dynamodb;
+    let flags = ["--lease-renewal", "per-lease"];
+    let mut host = start_with_env(&stream.name, &application, "w1", "10s", &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)]);
+    host.wait_for("all 8 shards", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: initialize ")).count() >= 8).await;
+
+    let joined = Instant::now();
+    let java = kcl_testkit::java_kcl3::spawn(&stream.name, &application, "java-1", 10_000);
+    let first = until_owners(db, &application, "a lease of java-1", joined, |o| o.contains_key("java-1")).await;
+    let balanced = until(db, &application, &[("w1", 4), ("java-1", 4)], joined).await;
+    let stopped = Instant::now();
+    host.signal(SIGTERM);
+    let all = until(db, &application, &[("java-1", 8)], stopped).await;
+    let (status, log) = host.wait_exit(LIMIT).await;
+    assert!(status.success(), "{}", log.join("\n"));
+    java.kill().await;
+    println!(
+        "Java KCL 3.5.1 beside kcl-host, failover 10s: 3.x worker start -> its first lease {first:.2} s, 4 and 4 {balanced:.2} s; \
+         SIGTERM of kcl-host -> the 3.x worker holds all 8 {all:.2} s"
     );
 }
 
@@ -355,7 +395,7 @@ async fn canary_split() {
     println!("rollout with its canary split (2 shards): split -> every shard and both children on the new version {took:.2} s");
 }
 
-/// `cargo bench --bench handoff [-- handoffs|watcher|requests|swap|deploy|deployed-start|canary-split]`: every part, or some.
+/// `cargo bench --bench handoff [-- handoffs|watcher|kcl3|requests|swap|deploy|deployed-start|canary-split]`: every part, or some.
 #[tokio::main]
 async fn main() {
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -369,6 +409,9 @@ async fn main() {
         for reads in ["1", "10"] {
             watcher_failover(reads).await;
         }
+    }
+    if wanted("kcl3") {
+        kcl3_handoffs().await;
     }
     if wanted("requests") {
         for renewal in ["auto", "per-lease"] {
