@@ -15,7 +15,7 @@ use crate::fetch::StartingPosition;
 use crate::control::{ControlTable, Version};
 use crate::failure::policy::Retrying;
 use crate::lease::dynamo::DynamoStore;
-use crate::lease::rules::is_ready;
+use crate::lease::rules::{self, is_ready};
 use crate::lease::{Checkpoint, LeaseError, LeaseStore};
 
 /// The state of one shard, as the tables show it.
@@ -86,6 +86,10 @@ pub struct WorkerRow {
     pub leases: usize,
     /// Since the worker's last heartbeat; `None` for a worker without one.
     pub heartbeat_age_ms: Option<u64>,
+    /// Since a Java KCL 3.x worker last updated its metrics row
+    /// (`WORKER_METRIC_STATS`, whole seconds); `None` for other workers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kcl3_report_age_ms: Option<u64>,
     /// The processor it runs, as its heartbeat reports it: the hash, with
     /// `(name@version)` when the component has them.
     pub processor: Option<String>,
@@ -98,7 +102,8 @@ pub struct Report {
     pub application: String,
     /// Every lease.
     pub shards: Vec<ShardRow>,
-    /// Every worker that holds a lease or has a heartbeat.
+    /// Every worker that holds a lease, has a heartbeat or is a live Java
+    /// KCL 3.x worker.
     pub workers: Vec<WorkerRow>,
     /// What `kcl-host deploy` asked every worker to run, if it was used.
     pub deployed: Option<DeployedRow>,
@@ -137,6 +142,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
         heartbeats.iter().flat_map(|h| h.retrying.iter().map(|(shard, r)| ((h.worker.as_str(), shard.as_str()), r))).collect();
     let by_key = scan.leases.iter().map(|l| (l.key.as_str(), l)).collect();
     let mut leases_per_worker: BTreeMap<String, usize> = heartbeats.iter().map(|h| (h.worker.clone(), 0)).collect();
+    leases_per_worker.extend(rules::live_kcl3_workers(&scan.kcl3_workers, now / 1000).into_iter().map(|w| (w, 0)));
     let mut shards: Vec<ShardRow> = scan
         .leases
         .iter()
@@ -176,6 +182,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
         .into_iter()
         .map(|(worker, leases)| WorkerRow {
             heartbeat_age_ms: ages.get(worker.as_str()).copied().flatten(),
+            kcl3_report_age_ms: scan.kcl3_workers.get(&worker).map(|lut| now.saturating_sub(lut * 1000)),
             processor: running.get(worker.as_str()).map(|version| version.describe()),
             worker,
             leases,
@@ -253,7 +260,11 @@ pub fn render(report: &Report) -> String {
     }
     out.push_str(&format!("\n{:<40} {:>6}  {:<20} {}\n", "WORKER", "LEASES", "HEARTBEAT", "PROCESSOR"));
     for worker in &report.workers {
-        let beat = worker.heartbeat_age_ms.map_or("none (not kcl-host)".to_owned(), |ms| format!("{:.1}s ago", ms as f64 / 1000.0));
+        let beat = match (worker.heartbeat_age_ms, worker.kcl3_report_age_ms) {
+            (Some(ms), _) => format!("{:.1}s ago", ms as f64 / 1000.0),
+            (None, Some(ms)) => format!("3.x report {}s ago", ms / 1000),
+            (None, None) => "none (not kcl-host)".to_owned(),
+        };
         let processor = fit(worker.processor.as_deref().unwrap_or("-"), 30);
         out.push_str(&format!("{:<40} {:>6}  {beat:<20} {processor}\n", fit(&worker.worker, 40), worker.leases));
     }
@@ -287,10 +298,14 @@ mod tests {
                 retrying: (i == 7).then(|| Retrying { since_ms: clock::unix_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
             })
             .collect();
-        let workers = vec![WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500), processor: Some("9f2c1ab3d4e5".into()) }];
+        let workers = vec![
+            WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500), kcl3_report_age_ms: None, processor: Some("9f2c1ab3d4e5".into()) },
+            WorkerRow { worker: "java-3".into(), leases: 0, heartbeat_age_ms: None, kcl3_report_age_ms: Some(12_400), processor: None },
+        ];
         let deployed = Some(DeployedRow { processor: "9f2c1ab3d4e5".into(), source: format!("/{}", "d/".repeat(60)), previous: Some("1a2b3c4d5e6f".into()) });
         let text = render(&Report { application: "orders".into(), shards, workers, deployed, unreadable: vec![] });
         assert!(text.contains("9f2c1ab3d4e5\n"), "{text}");
+        assert!(text.contains("java-3                                        0  3.x report 12s ago"), "a Java KCL 3.x worker holding nothing yet: {text}");
         assert_eq!(text.lines().filter(|l| l.starts_with("shardId-") && !l.contains(" retrying ")).count(), 64);
         assert!(text.contains("shardId-000000000007 retrying 5s, 40 failures (no limit: blocked): processor trapped"), "{text}");
         for line in text.lines() {

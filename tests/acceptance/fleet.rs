@@ -230,52 +230,90 @@ async fn a_killed_watcher_is_covered_by_its_deputy_and_the_fleet_balances_again(
     }
 }
 
+/// A mixed fleet's setup: a 4-shard stream with 10 records on each shard,
+/// and an application whose lease table is on the DynamoDB Java KCL 3.x
+/// can use.
+struct MixedFleet {
+    aws: AwsClients,
+    endpoint: String,
+    stream: TestStream,
+    application: String,
+    /// Every record put so far.
+    records: BTreeSet<String>,
+}
+
+impl MixedFleet {
+    /// Both kinds judge leases by their counters, with the same failover time.
+    const FAILOVER_MS: u64 = 4_000;
+
+    async fn new(name: &str) -> Self {
+        let aws = java_kcl3::clients().await;
+        let stream = TestStream::create(&aws.kinesis, &unique(name), 4).await;
+        let mut records = BTreeSet::new();
+        put_all(&stream, "before", &mut records).await;
+        MixedFleet { aws, endpoint: java_kcl3::dynamodb_endpoint(), stream, application: unique(&format!("{name}-app")), records }
+    }
+
+    /// A kcl-host worker, renewing each lease (`--lease-renewal per-lease`,
+    /// as docs/OPERATIONS.md says to set before a Java worker joins).
+    fn kcl_host(&self, worker: &str) -> KclHost {
+        let failover = format!("{}ms", Self::FAILOVER_MS);
+        let flags = ["--failover-time", &failover, "--lease-renewal", "per-lease"];
+        start_with_env("counter", &self.stream.name, &self.application, worker, &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &self.endpoint)])
+    }
+
+    fn java(&self, worker: &str) -> KclHost {
+        java_kcl3::spawn(&self.stream.name, &self.application, worker, Self::FAILOVER_MS)
+    }
+
+    /// The records of `phase` on the shards `worker` owns now.
+    async fn on_shards_of(&self, worker: &str, phase: &str) -> BTreeSet<String> {
+        let theirs: Vec<String> =
+            leases(&self.aws.dynamodb, &self.application).await.into_iter().filter(|l| l.is_owned_by(worker)).map(|l| l.key).collect();
+        self.records.iter().filter(|r| theirs.iter().any(|shard| r.starts_with(&format!("{phase}-{shard}-")))).cloned().collect()
+    }
+}
+
 /// Moving back to Java KCL 3.x, shard by shard. A 3.x worker started beside
 /// a kcl-host worker that holds all four leases gets its share: kcl-host
 /// counts it by its metrics row and gives two leases back after a
 /// checkpoint, and the 3.x leader assigns them to it. Once kcl-host stops,
-/// it gets the other two. Both judge leases by their counters
-/// (`--lease-renewal per-lease`, as docs/OPERATIONS.md says to set before a
-/// Java worker joins), so neither takes a lease the other holds. Every
-/// record is processed once: each lease moves after a checkpoint.
+/// it gets the other two. Both judge leases by their counters, so neither
+/// takes a lease the other holds. Every record is processed once: each
+/// lease moves after a checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_java_kcl_3_worker_gets_its_share_from_kcl_host_and_every_shard_once_it_stops() {
     const SIGTERM: i32 = 15;
-    const FLAGS: [&str; 4] = ["--failover-time", "4s", "--lease-renewal", "per-lease"];
-    let aws = java_kcl3::clients().await;
-    let endpoint = java_kcl3::dynamodb_endpoint();
-    let stream = TestStream::create(&aws.kinesis, &unique("kcl3"), 4).await;
-    let application = unique("kcl3-app");
-    let mut records = BTreeSet::new();
-    put_all(&stream, "before", &mut records).await;
-    let mut host = start_with_env("counter", &stream.name, &application, "kcl-host-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)]);
+    let mut fleet = MixedFleet::new("kcl3").await;
+    let (aws, application) = (fleet.aws.clone(), fleet.application.clone());
+    let mut host = fleet.kcl_host("kcl-host-1");
     host.wait_for("all four shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 4).await;
 
-    let mut java = java_kcl3::spawn(&stream.name, &application, "java-1", 4_000);
+    let mut java = fleet.java("java-1");
     host.wait_for("two leases given back to the 3.x worker", LIMIT, |log| count_lines(log, "gave the lease back") >= 2).await;
     assert!(count_lines(&host.log().await, r#"count toward each worker's share workers={"java-1"}"#) >= 1, "counted by its metrics row");
     owners_become(&aws, &application, BTreeMap::from([("kcl-host-1".into(), 2), ("java-1".into(), 2)])).await;
     assert_kcl3_table(&aws, &application).await;
-    let theirs: BTreeSet<String> =
-        leases(&aws.dynamodb, &application).await.into_iter().filter(|l| l.is_owned_by("java-1")).map(|l| l.key).collect();
-    put_all(&stream, "shared", &mut records).await;
-    let shared_on_theirs: BTreeSet<String> =
-        records.iter().filter(|r| theirs.iter().any(|shard| r.starts_with(&format!("shared-{shard}-")))).cloned().collect();
+    let (code, status) = run_to_exit(&["status", "--application", &application], &[("AWS_ENDPOINT_URL_DYNAMODB", &fleet.endpoint)]).await;
+    let java_row = status.lines().find(|l| l.starts_with("java-1 ")).unwrap_or_default();
+    assert!(code == 0 && java_row.contains(" 2  3.x report "), "status shows the 3.x worker and its report:\n{status}");
+    put_all(&fleet.stream, "shared", &mut fleet.records).await;
+    let shared_on_theirs = fleet.on_shards_of("java-1", "shared").await;
     java.wait_for("the 3.x worker's shared records", LIMIT, |log| covers(log, &[], &shared_on_theirs)).await;
 
     host.signal(SIGTERM);
     let (status, host_log) = host.wait_exit(LIMIT).await;
     assert!(status.success(), "{}", host_log.join("\n"));
     owners_become(&aws, &application, BTreeMap::from([("java-1".into(), 4)])).await;
-    put_all(&stream, "after", &mut records).await;
+    put_all(&fleet.stream, "after", &mut fleet.records).await;
     let by_host: Vec<Delivered> = host_log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).collect();
-    let expected = records.clone();
+    let expected = fleet.records.clone();
     java.wait_for("every record", LIMIT, |log| covers(log, &by_host, &expected)).await;
 
     let by_java = java.delivered().await;
     let counts = delivery_counts(by_host.iter().chain(&by_java));
-    assert_eq!(delivered_set(&counts), records, "every record processed, none lost");
-    assert_eq!(by_host.len() + by_java.len(), records.len(), "each lease moved after a checkpoint: no duplicates");
+    assert_eq!(delivered_set(&counts), fleet.records, "every record processed, none lost");
+    assert_eq!(by_host.len() + by_java.len(), fleet.records.len(), "each lease moved after a checkpoint: no duplicates");
     let java_log = java.log().await;
     assert_eq!(count_lines(&host_log, "the lease was taken by another worker"), 0, "the 3.x leader took no lease kcl-host held");
     assert_eq!(count_lines(&java_log, "checkpoint refused"), 0, "kcl-host took no lease the 3.x worker held");
@@ -302,37 +340,27 @@ async fn assert_kcl3_table(aws: &AwsClients, application: &str) {
 /// processing when its lease was taken).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kcl_host_joins_a_java_kcl_3_fleet_and_steals_its_share() {
-    const FLAGS: [&str; 4] = ["--failover-time", "4s", "--lease-renewal", "per-lease"];
     // 3.x's first start on a new table is slow: about 70 s before its first lease.
     const FIRST_START: Duration = Duration::from_secs(240);
-    let aws = java_kcl3::clients().await;
-    let endpoint = java_kcl3::dynamodb_endpoint();
-    let stream = TestStream::create(&aws.kinesis, &unique("kcl3-join"), 4).await;
-    let application = unique("kcl3-join-app");
-    let mut records = BTreeSet::new();
-    put_all(&stream, "before", &mut records).await;
-    let mut java = java_kcl3::spawn(&stream.name, &application, "java-1", 4_000);
-    let before = records.clone();
+    let mut fleet = MixedFleet::new("kcl3-join").await;
+    let (aws, application) = (fleet.aws.clone(), fleet.application.clone());
+    let mut java = fleet.java("java-1");
+    let before = fleet.records.clone();
     java.wait_for("every record, by the 3.x worker alone", FIRST_START, |log| covers(log, &[], &before)).await;
     assert_kcl3_table(&aws, &application).await;
 
-    let mut host = start_with_env("counter", &stream.name, &application, "kcl-host-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)]);
+    let mut host = fleet.kcl_host("kcl-host-1");
     owners_become(&aws, &application, BTreeMap::from([("kcl-host-1".into(), 2), ("java-1".into(), 2)])).await;
-    put_all(&stream, "after", &mut records).await;
+    put_all(&fleet.stream, "after", &mut fleet.records).await;
     // Each processes the new records of the shards it holds (and so what
     // came before them on those shards).
-    let owners: BTreeMap<String, String> =
-        leases(&aws.dynamodb, &application).await.into_iter().map(|l| (l.key, l.owner.unwrap_or_default())).collect();
-    let after_on = |worker: &str| -> BTreeSet<String> {
-        records.iter().filter(|r| owners.iter().any(|(shard, owner)| owner == worker && r.starts_with(&format!("after-{shard}-")))).cloned().collect()
-    };
-    let (host_after, java_after) = (after_on("kcl-host-1"), after_on("java-1"));
+    let (host_after, java_after) = (fleet.on_shards_of("kcl-host-1", "after").await, fleet.on_shards_of("java-1", "after").await);
     host.wait_for("its new records", LIMIT, |log| covers(log, &[], &host_after)).await;
     java.wait_for("its new records", LIMIT, |log| covers(log, &[], &java_after)).await;
 
     let (by_host, by_java) = (host.delivered().await, java.delivered().await);
     let counts = delivery_counts(by_host.iter().chain(&by_java));
-    assert_eq!(delivered_set(&counts), records, "every record processed, none lost");
+    assert_eq!(delivered_set(&counts), fleet.records, "every record processed, none lost");
     let host_log = host.log().await;
     let started_from: BTreeMap<String, Checkpoint> = host_log
         .iter()
