@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 // tokio's clock: the lease simulation runs it paused, as a virtual clock.
 use tokio::time::Instant;
 
@@ -176,8 +176,7 @@ impl<S: LeaseStore> Coordinator<S> {
     /// Counts the live Java KCL 3.x workers toward the target, logging
     /// each change: their leader assigns them the leases kcl-host gives back.
     fn count_kcl3_workers(&mut self, scan: &LeaseScan) {
-        let unix_now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let live = rules::live_kcl3_workers(&scan.kcl3_workers, unix_now);
+        let live = rules::live_kcl3_workers(&scan.kcl3_workers, crate::clock::unix_ms() / 1000);
         if live != self.kcl3_workers {
             tracing::info!(workers = ?live, "Java KCL 3.x workers (metrics rows updated within {}s) count toward each worker's share", rules::KCL3_WORKER_EXPIRY.as_secs());
             self.kcl3_workers = live;
