@@ -12,14 +12,8 @@ const SIGINT: i32 = 2;
 /// `kcl-host run` of `guest_name` with its `service` endpoint (`KINESIS`
 /// or `DYNAMODB`) through `proxy`.
 pub(super) fn start_through(proxy: &FaultProxy, service: &str, guest_name: &str, stream: &str, application: &str, worker: &str, extra: &[&str]) -> KclHost {
-    let (processor, cache) = (guest(guest_name), test_cache_dir().display().to_string());
-    let mut args = vec![
-        "run", &processor, "--stream", stream, "--application", application, "--worker-id", worker,
-        "--idle-time-between-reads", "200ms", "--cache-dir", &cache,
-    ];
-    args.extend_from_slice(extra);
     let variable = format!("AWS_ENDPOINT_URL_{service}");
-    KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, &[(variable.as_str(), proxy.endpoint.as_str())])
+    start_with_env(guest_name, stream, application, worker, extra, &[(variable.as_str(), proxy.endpoint.as_str())])
 }
 
 /// Waits until the proxy has applied `n` faults.
