@@ -2,6 +2,7 @@
 //! and which records come twice.
 
 use super::*;
+use kcl_testkit::faults::{Fault, FaultProxy, Rule};
 use kcl_testkit::java_kcl3;
 
 /// Two workers on a 4-shard stream, balanced: the second joined once the
@@ -71,9 +72,9 @@ async fn owners_become(aws: &AwsClients, application: &str, expected: BTreeMap<S
     }
 }
 
-/// Puts 10 records on every shard of `stream`, noting them in `records`.
+/// Puts 10 records on every open shard of `stream`, noting them in `records`.
 async fn put_all(stream: &TestStream, phase: &str, records: &mut BTreeSet<String>) {
-    for shard in stream.shards().await {
+    for shard in stream.shards().await.into_iter().filter(|s| !s.closed) {
         let put = payloads(&format!("{phase}-{}", shard.id), 10);
         stream.put(&shard.id, &put).await;
         records.extend(put);
@@ -257,9 +258,14 @@ impl MixedFleet {
     /// A kcl-host worker, renewing each lease (`--lease-renewal per-lease`,
     /// as docs/OPERATIONS.md says to set before a Java worker joins).
     fn kcl_host(&self, worker: &str) -> KclHost {
+        self.kcl_host_at(worker, &self.endpoint)
+    }
+
+    /// [`Self::kcl_host`] with its DynamoDB calls sent to `endpoint` (a fault proxy).
+    fn kcl_host_at(&self, worker: &str, endpoint: &str) -> KclHost {
         let failover = format!("{}ms", Self::FAILOVER_MS);
         let flags = ["--failover-time", &failover, "--lease-renewal", "per-lease"];
-        start_with_env("counter", &self.stream.name, &self.application, worker, &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &self.endpoint)])
+        start_with_env("counter", &self.stream.name, &self.application, worker, &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", endpoint)])
     }
 
     fn java(&self, worker: &str) -> KclHost {
@@ -317,6 +323,57 @@ async fn a_java_kcl_3_worker_gets_its_share_from_kcl_host_and_every_shard_once_i
     let java_log = java.log().await;
     assert_eq!(count_lines(&host_log, "the lease was taken by another worker"), 0, "the 3.x leader took no lease kcl-host held");
     assert_eq!(count_lines(&java_log, "checkpoint refused"), 0, "kcl-host took no lease the 3.x worker held");
+    java.kill().await;
+}
+
+/// The move back to 3.x under faults and a reshard. kcl-host's DynamoDB
+/// calls go through the fault proxy, which throttles its first scans (lease
+/// scans and heartbeat reads), fails some of its writes with a 500 and loses
+/// the answer to one write it applied; and one of kcl-host's shards is split
+/// once the 3.x worker holds its share. The 3.x worker still gets its share,
+/// the parent is processed to its end and its children after it, by
+/// whichever kind takes them, and every record is processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_kcl_3_worker_gets_its_share_through_faults_and_a_reshard() {
+    let mut fleet = MixedFleet::new("kcl3-faults").await;
+    let (aws, application) = (fleet.aws.clone(), fleet.application.clone());
+    let proxy = FaultProxy::start(&fleet.endpoint).await;
+    let mut host = fleet.kcl_host_at("kcl-host-1", &proxy.endpoint);
+    host.wait_for("all four shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 4).await;
+    let rule = |operation, fault, times| Rule { times: Some(times), ..Rule::every(Some(operation), fault) };
+    proxy.set(vec![
+        rule("Scan", Fault::Fail(400, "ProvisionedThroughputExceededException"), 3),
+        rule("UpdateItem", Fault::Fail(500, "InternalFailure"), 3),
+        rule("UpdateItem", Fault::LoseAnswer, 1),
+    ]);
+
+    let java = fleet.java("java-1");
+    host.wait_for("two leases given back to the 3.x worker", LIMIT, |log| count_lines(log, "gave the lease back") >= 2).await;
+    owners_become(&aws, &application, BTreeMap::from([("kcl-host-1".into(), 2), ("java-1".into(), 2)])).await;
+    assert!(proxy.counts().faulted >= 7, "every fault was applied: {:?}", proxy.counts().faulted);
+    let parent = leases(&aws.dynamodb, &application).await.into_iter().find(|l| l.is_owned_by("kcl-host-1")).expect("a lease of kcl-host").key;
+    let children = fleet.stream.split(&parent).await;
+    put_all(&fleet.stream, "after", &mut fleet.records).await;
+    assert!(children.iter().all(|child| fleet.records.iter().any(|r| r.starts_with(&format!("after-{child}-")))), "records on both children");
+
+    let expected = fleet.records.clone();
+    let deadline = tokio::time::Instant::now() + LIMIT * 2;
+    let (by_host, by_java) = loop {
+        let (by_host, by_java) = (host.delivered().await, java.delivered().await);
+        let seen: BTreeSet<String> = by_host.iter().chain(&by_java).map(|d| d.data.clone()).collect();
+        if seen.is_superset(&expected) {
+            break (by_host, by_java);
+        }
+        let missing: Vec<&String> = expected.difference(&seen).take(5).collect();
+        assert!(tokio::time::Instant::now() < deadline, "records never processed, e.g. {missing:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let counts = delivery_counts(by_host.iter().chain(&by_java));
+    assert_eq!(delivered_set(&counts), fleet.records, "every record processed, none lost");
+    let finished = lease(&leases(&aws.dynamodb, &application).await, &parent).checkpoint.clone();
+    assert_eq!(finished, Checkpoint::ShardEnd, "the parent was processed to its end");
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
     java.kill().await;
 }
 
