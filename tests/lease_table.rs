@@ -283,14 +283,14 @@ async fn java_kcl_3_rows_are_left_alone_their_leases_read_and_their_workers_coun
 #[tokio::test]
 async fn a_heartbeat_counter_moves_on_across_a_deleted_row() {
     let aws = clients().await;
-    let control = kcl_host::control::ControlTable::new(aws.dynamodb.clone(), &unique("counter-app"));
+    let control = kcl_host::lease::heartbeat::HeartbeatTable::new(aws.dynamodb.clone(), &unique("counter-app"));
     control.ensure().await.unwrap();
-    let running = kcl_host::control::Version { hash: "abc".into(), source: "/p.wasm".into(), component: None };
-    let first = control.beat("w", &running, "pid 1", true, &Default::default()).await.unwrap().expect("written");
-    let second = control.beat("w", &running, "pid 1", false, &Default::default()).await.unwrap().expect("written");
+    let running = kcl_host::swap::Version { hash: "abc".into(), source: "/p.wasm".into(), component: None }.report();
+    let first = control.beat("w", "pid 1", true, &running).await.unwrap().expect("written");
+    let second = control.beat("w", "pid 1", false, &running).await.unwrap().expect("written");
     assert_eq!(second, first + 1);
-    assert_eq!(control.beat("w", &running, "pid 2", false, &Default::default()).await.unwrap(), None, "another process's row");
+    assert_eq!(control.beat("w", "pid 2", false, &running).await.unwrap(), None, "another process's row");
     control.leave("w", "pid 1").await.unwrap();
-    let restarted = control.beat("w", &running, "pid 2", true, &Default::default()).await.unwrap().expect("written");
+    let restarted = control.beat("w", "pid 2", true, &running).await.unwrap().expect("written");
     assert!(restarted > second, "{restarted} after {second}");
 }

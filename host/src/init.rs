@@ -109,6 +109,15 @@ pub enum Sdk<'a> {
     Checkout(&'a Path),
 }
 
+/// `kcl-host init`: creates the project `dir` and prints what it wrote.
+pub fn command(dir: &Path, lang: Lang, sdk: Sdk<'_>) -> Result<(), String> {
+    for file in create(dir, lang, sdk).map_err(|e| e.to_string())? {
+        println!("created {}", file.display());
+    }
+    println!("next: see {}", dir.join("README.md").display());
+    Ok(())
+}
+
 /// Creates the project `dir` (its last component names it); returns the files written.
 pub fn create(dir: &Path, lang: Lang, sdk: Sdk<'_>) -> Result<Vec<PathBuf>, InitError> {
     let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {

@@ -14,7 +14,6 @@ pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod control;
 pub mod failure;
 pub mod fanout;
 pub mod fetch;

@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::lease::{Checkpoint, Lease};
+use crate::lease::{Checkpoint, Lease, LeaseKey};
 pub use crate::stream::{list_shards, Shard};
 
 /// Where a shard with no checkpoint and no leased parent starts.
@@ -49,7 +49,7 @@ pub fn plan_new_leases(shards: &[Shard], leases: &[Lease], initial: &InitialPosi
 
 /// Finished leases that may be deleted: every child recorded with
 /// `SHARD_END` has a lease that has started.
-pub fn plan_cleanup(leases: &[Lease]) -> Vec<String> {
+pub fn plan_cleanup(leases: &[Lease]) -> Vec<LeaseKey> {
     let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
     leases
         .iter()
@@ -140,7 +140,7 @@ mod tests {
     }
 
     fn planned(shards: &[Shard], leases: &[Lease], initial: InitialPosition) -> Vec<(String, Checkpoint)> {
-        plan_new_leases(shards, leases, &initial).into_iter().map(|l| (l.key, l.checkpoint)).collect()
+        plan_new_leases(shards, leases, &initial).into_iter().map(|l| (l.key.into(), l.checkpoint)).collect()
     }
 
     /// The seed's stream: one shard split into two.

@@ -10,10 +10,13 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::aws::AwsClients;
+use crate::cli::StatusArgs;
+use crate::config::duration;
 use crate::clock;
 use crate::fetch::StartingPosition;
-use crate::control::{ControlTable, Version};
-use crate::failure::policy::Retrying;
+use crate::lease::heartbeat::HeartbeatTable;
+use crate::swap::deploy::{Deployed, Version};
+use crate::failure::retrying::Retrying;
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::rules::{self, is_ready};
 use crate::lease::{Checkpoint, LeaseError, LeaseStore};
@@ -127,19 +130,20 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
     let store = DynamoStore::new(clients.dynamodb.clone(), application);
     store.check_table().await?;
     let scan = store.scan().await?;
-    let control = match ControlTable::new(clients.dynamodb.clone(), application).read().await {
+    let control = match HeartbeatTable::new(clients.dynamodb.clone(), application).read().await {
         Ok(read) => read,
         // A table only Java KCL (or an older kcl-host) has used.
         Err(LeaseError::Aws(crate::aws::AwsError::TableMissing(_))) => Default::default(),
         Err(e) => return Err(e),
     };
+    let deployed = Deployed::in_read(&control);
     let heartbeats = control.heartbeats;
-    let running: HashMap<&str, &Version> = heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), h.running.as_ref()?))).collect();
+    let running: HashMap<&str, Version> = heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), Version::running(h)?))).collect();
     let now = clock::unix_ms();
     let ages: HashMap<&str, Option<u64>> =
         heartbeats.iter().map(|h| (h.worker.as_str(), h.beat_ms.map(|ms| now.saturating_sub(ms)))).collect();
-    let retrying: HashMap<(&str, &str), &Retrying> =
-        heartbeats.iter().flat_map(|h| h.retrying.iter().map(|(shard, r)| ((h.worker.as_str(), shard.as_str()), r))).collect();
+    let retrying: HashMap<(&str, String), Retrying> =
+        heartbeats.iter().flat_map(|h| Retrying::reported(h).into_iter().map(|(shard, r)| ((h.worker.as_str(), shard), r))).collect();
     let by_key = scan.leases.iter().map(|l| (l.key.as_str(), l)).collect();
     let mut leases_per_worker: BTreeMap<String, usize> = heartbeats.iter().map(|h| (h.worker.clone(), 0)).collect();
     leases_per_worker.extend(rules::live_kcl3_workers(&scan.kcl3_workers, now / 1000).into_iter().map(|w| (w, 0)));
@@ -162,10 +166,10 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
                     Some(Some(_)) => State::Processing,
                 }
             };
-            let retrying = lease.owner.as_deref().and_then(|owner| retrying.get(&(owner, lease.key.as_str()))).map(|r| (*r).clone());
+            let retrying = lease.owner.as_deref().and_then(|owner| retrying.get(&(owner, lease.key.to_string()))).cloned();
             let state = if state == State::Processing && retrying.is_some() { State::Retrying } else { state };
             ShardRow {
-                shard: lease.key.clone(),
+                shard: lease.key.to_string(),
                 state,
                 owner: lease.owner.clone(),
                 checkpoint: lease.checkpoint.as_column().to_owned(),
@@ -188,7 +192,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
             leases,
         })
         .collect();
-    let deployed = control.deployed.map(|d| DeployedRow {
+    let deployed = deployed.map(|d| DeployedRow {
         processor: d.wanted.describe(),
         source: d.wanted.source,
         previous: d.previous.map(|p| p.describe()),
@@ -277,6 +281,35 @@ pub fn render(report: &Report) -> String {
         out.push_str(&format!("unreadable row: {key} (left as it is)\n"));
     }
     out
+}
+
+/// `kcl-host status`: prints the report once, or (`--watch`) again and again.
+pub async fn command(args: StatusArgs) -> Result<(), String> {
+    let clients = AwsClients::from_env(&args.aws.settings()).await.map_err(|e| e.to_string())?;
+    let default_failover = crate::lease::rules::TakeSettings::default().failover_time;
+    let failover = duration("failover_time", args.failover_time.as_deref(), default_failover).map_err(|e| e.to_string())?;
+    let every = match &args.watch {
+        Some(text) => Some(duration("watch", Some(text), Default::default()).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    loop {
+        let mut report = read(&clients, &args.application, failover).await.map_err(|e| e.to_string())?;
+        if let (true, Some(stream)) = (args.lag, &args.stream) {
+            add_lag(&mut report, &clients, stream).await.map_err(|e| e.to_string())?;
+        }
+        let text = if args.json {
+            serde_json::to_string_pretty(&report).expect("the report serializes")
+        } else {
+            render(&report)
+        };
+        let Some(every) = every else {
+            println!("{text}");
+            return Ok(());
+        };
+        // Clear the terminal and draw again, until interrupted.
+        print!("\x1b[2J\x1b[H{text}");
+        tokio::time::sleep(every).await;
+    }
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ async fn a_joining_worker_is_given_its_share_without_duplicates() {
     // is read in order, so by then what came before on it is done too (by
     // the first before it gave the shard away, or by the second after).
     let owners: BTreeMap<String, String> =
-        leases(&pair.aws.dynamodb, &pair.application).await.into_iter().map(|l| (l.key, l.owner.unwrap_or_default())).collect();
+        leases(&pair.aws.dynamodb, &pair.application).await.into_iter().map(|l| (l.key.into(), l.owner.unwrap_or_default())).collect();
     let after_on = |worker: &str| -> BTreeSet<String> {
         pair.records.iter().filter(|r| owners.iter().any(|(shard, owner)| owner == worker && r.starts_with(&format!("after-{shard}-")))).cloned().collect()
     };
@@ -165,7 +165,7 @@ async fn a_killed_worker_is_replaced_and_only_records_after_its_checkpoints_come
     let before_kill = pair.second().delivered().await;
     pair.second.take().unwrap().kill().await;
     let checkpoints: BTreeMap<String, Checkpoint> =
-        leases(&pair.aws.dynamodb, &pair.application).await.into_iter().map(|l| (l.key, l.checkpoint)).collect();
+        leases(&pair.aws.dynamodb, &pair.application).await.into_iter().map(|l| (l.key.into(), l.checkpoint)).collect();
     pair.put("after").await;
     let expected = pair.records.clone();
     pair.first.wait_for("every record", LIMIT, |log| covers(log, &before_kill, &expected)).await;
@@ -212,7 +212,7 @@ async fn a_killed_watcher_is_covered_by_its_deputy_and_the_fleet_balances_again(
     let before_kill = first.delivered().await;
     first.kill().await;
     let checkpoints: BTreeMap<String, Checkpoint> =
-        leases(&aws.dynamodb, &application).await.into_iter().map(|l| (l.key, l.checkpoint)).collect();
+        leases(&aws.dynamodb, &application).await.into_iter().map(|l| (l.key.into(), l.checkpoint)).collect();
     put_all(&stream, "after", &mut records).await;
 
     second.wait_for("the deputy covering for the watcher", LIMIT, |log| count_lines(log, "as a watcher, taking every lease it left") >= 1).await;
@@ -275,7 +275,7 @@ impl MixedFleet {
     /// The records of `phase` on the shards `worker` owns now.
     async fn on_shards_of(&self, worker: &str, phase: &str) -> BTreeSet<String> {
         let theirs: Vec<String> =
-            leases(&self.aws.dynamodb, &self.application).await.into_iter().filter(|l| l.is_owned_by(worker)).map(|l| l.key).collect();
+            leases(&self.aws.dynamodb, &self.application).await.into_iter().filter(|l| l.is_owned_by(worker)).map(|l| l.key.into()).collect();
         self.records.iter().filter(|r| theirs.iter().any(|shard| r.starts_with(&format!("{phase}-{shard}-")))).cloned().collect()
     }
 }

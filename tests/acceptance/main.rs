@@ -175,11 +175,11 @@ fn delivered(log: &[String]) -> Vec<Delivered> {
 /// Reads the control table until every heartbeat row of the application's
 /// `workers` reports `hash` (each is rewritten every third of the failover time).
 async fn heartbeats_report(aws: &AwsClients, application: &str, hash: &str, workers: usize) {
-    let control = kcl_host::control::ControlTable::new(aws.dynamodb.clone(), application);
+    let control = kcl_host::lease::heartbeat::HeartbeatTable::new(aws.dynamodb.clone(), application);
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         let read = control.read().await.unwrap();
-        let running: Vec<String> = read.heartbeats.iter().filter_map(|h| Some(h.running.as_ref()?.hash.clone())).collect();
+        let running: Vec<String> = read.heartbeats.iter().filter_map(|h| Some(kcl_host::swap::Version::running(h)?.hash)).collect();
         if running.len() == workers && running.iter().all(|r| r == hash) {
             return;
         }

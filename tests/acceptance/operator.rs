@@ -16,7 +16,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     let no_stream = format!("Kinesis stream `{missing_stream}` does not exist in this account and region; check --stream and AWS_REGION (looked in region `us-east-1` at `http");
     // A table keyed otherwise (a control table), and one that does not exist, given to `status`.
     let other = unique("not-a-lease-table");
-    kcl_host::control::ControlTable::new(aws.dynamodb.clone(), &other).ensure().await.unwrap();
+    kcl_host::lease::heartbeat::HeartbeatTable::new(aws.dynamodb.clone(), &other).ensure().await.unwrap();
     let other = format!("{other}-KclHostControl");
     let no_table = unique("no-such-table");
     let long_application = "a".repeat(250);
@@ -157,12 +157,12 @@ async fn status_shows_each_kind_of_row_in_text_and_json() {
         row("f-stale", Some("kcl-dead"), Checkpoint::TrimHorizon, &[]),
     ];
     write_leases(&aws.dynamodb, &application, &rows).await;
-    let control = kcl_host::control::ControlTable::new(aws.dynamodb.clone(), &application);
+    let control = kcl_host::lease::heartbeat::HeartbeatTable::new(aws.dynamodb.clone(), &application);
     control.ensure().await.unwrap();
-    let running = kcl_host::control::Version { hash: "abc".into(), source: "/p.wasm".into(), component: Some("orders@1.3.0".into()) };
-    control.beat("kcl-1", &running, "test pid 1", true, &Default::default()).await.unwrap();
-    let wanted = kcl_host::control::Version { hash: "def".into(), source: "/q.wasm".into(), component: None };
-    control.deploy(&wanted, Some(&running)).await.unwrap();
+    let running = kcl_host::swap::Version { hash: "abc".into(), source: "/p.wasm".into(), component: Some("orders@1.3.0".into()) };
+    control.beat("kcl-1", "test pid 1", true, &running.report()).await.unwrap();
+    let wanted = kcl_host::swap::Version { hash: "def".into(), source: "/q.wasm".into(), component: None };
+    kcl_host::swap::deploy::DeployRow::new(aws.dynamodb.clone(), &application).write(&wanted, Some(&running)).await.unwrap();
     let long_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() - 60_000;
     aws.dynamodb
         .put_item()

@@ -19,7 +19,7 @@ pub(super) async fn checkpoints(aws: &AwsClients, application: &str) -> BTreeMap
         .await
         .into_iter()
         .filter_map(|l| match l.checkpoint {
-            Checkpoint::At(position) => Some((l.key, position.sequence_number().to_owned())),
+            Checkpoint::At(position) => Some((l.key.into(), position.sequence_number().to_owned())),
             _ => None,
         })
         .collect()

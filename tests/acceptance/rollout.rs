@@ -258,14 +258,14 @@ async fn a_slow_check_of_a_deployed_version_moves_no_lease() {
     components.ensure().await.unwrap();
     let hash = hash_of(&bytes);
     components.put(&hash, &bytes).await.unwrap();
-    let wanted = kcl_host::control::Version { source: components.source(&hash), hash, component: None };
+    let wanted = kcl_host::swap::Version { source: components.source(&hash), hash, component: None };
     // worker-2's heartbeat stands still (for less than the failover time)
     // around worker-1's read of the row: judged on a clock read after the
     // compile that follows, it would look dead.
-    let control = kcl_host::control::ControlTable::new(aws.dynamodb.clone(), &application);
+    let deploy_row = kcl_host::swap::deploy::DeployRow::new(aws.dynamodb.clone(), &application);
     second.signal(SIGSTOP);
     tokio::time::sleep(Duration::from_millis(700)).await;
-    control.deploy(&wanted, None).await.unwrap();
+    deploy_row.write(&wanted, None).await.unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
     second.signal(SIGCONT);
     for worker in [&mut first, &mut second] {

@@ -103,7 +103,7 @@ pub struct WorkerConfig {
     /// Lease taking: failover time, max leases, stealing.
     pub take: TakeSettings,
     /// Heartbeat reads a second the workers other than the watchers make
-    /// between them ([`crate::control::FleetWatch`]).
+    /// between them ([`crate::lease::watch::FleetWatch`]).
     pub fleet_heartbeat_reads: u32,
     /// `shardSyncIntervalMillis` (default 60 s); a sync also runs at start
     /// and whenever a shard ends.
@@ -186,7 +186,7 @@ impl WorkerConfig {
             take,
             fleet_heartbeat_reads: positive(
                 "fleet_heartbeat_reads",
-                layer.fleet_heartbeat_reads.unwrap_or(crate::control::DEFAULT_FLEET_READS_PER_SECOND) as usize,
+                layer.fleet_heartbeat_reads.unwrap_or(crate::lease::watch::DEFAULT_FLEET_READS_PER_SECOND) as usize,
             )? as u32,
             shard_sync_interval: duration("shard_sync_interval", layer.shard_sync_interval.as_deref(), Duration::from_secs(60))?,
             fetch: FetchSettings {

@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use super::dead_letter::{Condition, DeadLetters, GiveUp};
-use super::policy::{keeps_instance, FailurePolicy, Retrying, Step};
+use super::policy::{keeps_instance, FailurePolicy, Step};
+use super::retrying::Retrying;
 use crate::clock;
 use crate::records::Batch;
 use crate::runtime::{CallError, CheckpointError, ShardInstance};

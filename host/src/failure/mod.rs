@@ -18,6 +18,7 @@
 pub mod dead_letter;
 pub mod deliver;
 pub mod policy;
+pub mod retrying;
 
 use std::time::Duration;
 

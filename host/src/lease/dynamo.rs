@@ -1,23 +1,9 @@
-//! The lease table in DynamoDB, in the Java KCL 2.x format so tables made by
-//! Java KCL (and the tools around it) keep working:
-//!
-//! | attribute | type | meaning |
-//! |---|---|---|
-//! | `leaseKey` | S (hash key) | shard id |
-//! | `leaseOwner` | S | worker id; absent when unowned |
-//! | `leaseCounter` | N | bumped by every write; the fencing token |
-//! | `checkpoint` | S | sequence number, or `TRIM_HORIZON` / `LATEST` / `AT_TIMESTAMP` / `SHARD_END` |
-//! | `checkpointSubSequenceNumber` | N | position inside a KPL record; 0 otherwise |
-//! | `ownerSwitchesSinceCheckpoint` | N | |
-//! | `parentShardId` | SS | parent and adjacent parent |
-//! | `childShardIds` | SS | written with `SHARD_END` |
-//! | `startingHashKey`, `endingHashKey` | S | the shard's hash range |
-//! | `ownerHeartbeat` | N | kcl-host's: the owner's heartbeat counter at its last take or renewal (see [`Lease::owner_heartbeat`]) |
-//!
-//! Rows are only ever changed with `UpdateItem` on named attributes, so
-//! attributes this code does not know survive every write.
+//! The lease table in DynamoDB, in the Java KCL 2.x format (see
+//! [`super::row`]) so tables made by Java KCL (and the tools around it)
+//! keep working. Rows are only ever changed with `UpdateItem` on named
+//! attributes, so attributes this code does not know survive every write.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
@@ -26,11 +12,10 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
+use super::row::{kcl3_worker, number, parse, to_item};
 use super::table::KeyedTable;
 use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 use crate::aws::AwsError;
-
-type Item = HashMap<String, AttributeValue>;
 
 /// A lease table in DynamoDB.
 #[derive(Clone, Debug)]
@@ -78,7 +63,7 @@ impl DynamoStore {
             .client
             .update_item()
             .table_name(&self.table.name)
-            .key("leaseKey", AttributeValue::S(lease.key.clone()))
+            .key("leaseKey", AttributeValue::S(lease.key.to_string()))
             .expression_attribute_values(":counter", number(lease.counter))
             .expression_attribute_values(":next", number(lease.counter + 1))
             .return_values(ReturnValue::AllNew);
@@ -158,59 +143,6 @@ impl DynamoStore {
     }
 }
 
-fn number(n: u64) -> AttributeValue {
-    AttributeValue::N(n.to_string())
-}
-
-/// Reads one row; the error names what is wrong with it.
-pub fn parse(item: &Item) -> Result<Lease, String> {
-    let string = |name: &str| match item.get(name) {
-        None => Ok(None),
-        Some(AttributeValue::S(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!("`{name}` should be a string, found {other:?}")),
-    };
-    let number = |name: &str| match item.get(name) {
-        None => Ok(None),
-        Some(AttributeValue::N(n)) => n.parse::<u64>().map(Some).map_err(|_| format!("`{name}` is not a whole number: {n}")),
-        Some(other) => Err(format!("`{name}` should be a number, found {other:?}")),
-    };
-    let set = |name: &str| match item.get(name) {
-        None => Ok(BTreeSet::new()),
-        Some(AttributeValue::Ss(values)) => Ok(values.iter().cloned().collect()),
-        Some(AttributeValue::S(value)) => Ok(BTreeSet::from([value.clone()])),
-        Some(other) => Err(format!("`{name}` should be a string set, found {other:?}")),
-    };
-    let key = string("leaseKey")?.ok_or("no `leaseKey`")?;
-    let checkpoint_text = string("checkpoint")?.ok_or("no `checkpoint`")?;
-    let sub = number("checkpointSubSequenceNumber")?.unwrap_or(0);
-    let checkpoint = Checkpoint::parse(&checkpoint_text, sub)
-        .ok_or_else(|| format!("`checkpoint` is neither a sequence number nor a known position: {checkpoint_text}"))?;
-    Ok(Lease {
-        key,
-        owner: string("leaseOwner")?,
-        counter: number("leaseCounter")?.ok_or("no `leaseCounter`")?,
-        checkpoint,
-        owner_switches_since_checkpoint: number("ownerSwitchesSinceCheckpoint")?.unwrap_or(0),
-        parents: set("parentShardId")?,
-        children: set("childShardIds")?,
-        owner_heartbeat: number("ownerHeartbeat")?,
-        starting_hash_key: string("startingHashKey")?,
-        ending_hash_key: string("endingHashKey")?,
-    })
-}
-
-/// A Java KCL 3.x worker's metrics row (`entityType` `WORKER_METRIC_STATS`):
-/// its worker id (`leaseKey`) and when it last reported (`lut`, epoch
-/// seconds on that worker's clock).
-fn kcl3_worker(item: &Item) -> Option<(String, u64)> {
-    match (item.get("entityType")?, item.get("leaseKey")?, item.get("lut")?) {
-        (AttributeValue::S(kind), AttributeValue::S(worker), AttributeValue::N(lut)) if kind == "WORKER_METRIC_STATS" => {
-            Some((worker.clone(), lut.parse().ok()?))
-        }
-        _ => None,
-    }
-}
-
 /// `set` (a `SET` clause) and `remove` (attributes to drop), recording the
 /// writer's heartbeat counter too, or dropping a counter left by an earlier
 /// owner when it keeps none.
@@ -225,34 +157,6 @@ fn with_heartbeat(update: UpdateItemFluentBuilder, set: &str, remove: &[&str], h
     };
     let expression = if remove.is_empty() { set } else { format!("{set} REMOVE {}", remove.join(", ")) };
     (update, expression)
-}
-
-/// The row for a new lease.
-fn to_item(lease: &Lease) -> Item {
-    let mut item = Item::from([
-        ("leaseKey".into(), AttributeValue::S(lease.key.clone())),
-        ("leaseCounter".into(), number(lease.counter)),
-        ("checkpoint".into(), AttributeValue::S(lease.checkpoint.as_column().to_owned())),
-        ("checkpointSubSequenceNumber".into(), number(lease.checkpoint.sub_sequence_column())),
-        ("ownerSwitchesSinceCheckpoint".into(), number(lease.owner_switches_since_checkpoint)),
-    ]);
-    if let Some(owner) = &lease.owner {
-        item.insert("leaseOwner".into(), AttributeValue::S(owner.clone()));
-    }
-    // DynamoDB refuses empty sets: an absent attribute means "none".
-    if !lease.parents.is_empty() {
-        item.insert("parentShardId".into(), AttributeValue::Ss(lease.parents.iter().cloned().collect()));
-    }
-    if !lease.children.is_empty() {
-        item.insert("childShardIds".into(), AttributeValue::Ss(lease.children.iter().cloned().collect()));
-    }
-    if let Some(key) = &lease.starting_hash_key {
-        item.insert("startingHashKey".into(), AttributeValue::S(key.clone()));
-    }
-    if let Some(key) = &lease.ending_hash_key {
-        item.insert("endingHashKey".into(), AttributeValue::S(key.clone()));
-    }
-    item
 }
 
 impl LeaseStore for DynamoStore {
@@ -378,54 +282,5 @@ impl LeaseStore for DynamoStore {
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
             Err(e) => Err(self.error("DeleteItem", e)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::records::Position;
-
-    #[test]
-    fn a_java_kcl_row_round_trips() {
-        let item = Item::from([
-            ("leaseKey".into(), AttributeValue::S("shardId-000000000002".into())),
-            ("leaseOwner".into(), AttributeValue::S("host-a:1234".into())),
-            ("leaseCounter".into(), AttributeValue::N("41".into())),
-            ("checkpoint".into(), AttributeValue::S("49590338271490256608559692538361571095921575989136588898".into())),
-            ("checkpointSubSequenceNumber".into(), AttributeValue::N("0".into())),
-            ("ownerSwitchesSinceCheckpoint".into(), AttributeValue::N("2".into())),
-            ("parentShardId".into(), AttributeValue::Ss(vec!["shardId-000000000000".into()])),
-            ("startingHashKey".into(), AttributeValue::S("0".into())),
-            ("endingHashKey".into(), AttributeValue::S("170141183460469231731687303715884105727".into())),
-        ]);
-        let lease = parse(&item).unwrap();
-        assert_eq!(lease.owner.as_deref(), Some("host-a:1234"));
-        assert_eq!(lease.counter, 41);
-        assert_eq!(
-            lease.checkpoint,
-            Checkpoint::At(Position::new("49590338271490256608559692538361571095921575989136588898", 0).unwrap())
-        );
-        assert_eq!(lease.parents, BTreeSet::from(["shardId-000000000000".to_owned()]));
-        assert_eq!(to_item(&lease), item);
-    }
-
-    #[test]
-    fn malformed_rows_say_what_is_wrong() {
-        let base = || Item::from([
-            ("leaseKey".into(), AttributeValue::S("s".into())),
-            ("leaseCounter".into(), AttributeValue::N("1".into())),
-            ("checkpoint".into(), AttributeValue::S("TRIM_HORIZON".into())),
-        ]);
-        assert!(parse(&base()).is_ok());
-        let mut item = base();
-        item.insert("leaseCounter".into(), AttributeValue::S("one".into()));
-        assert!(parse(&item).unwrap_err().contains("`leaseCounter` should be a number"));
-        let mut item = base();
-        item.insert("checkpoint".into(), AttributeValue::S("SOMEWHERE".into()));
-        assert!(parse(&item).unwrap_err().contains("`checkpoint` is neither"));
-        let mut item = base();
-        item.remove("leaseKey");
-        assert_eq!(parse(&item).unwrap_err(), "no `leaseKey`");
     }
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio::sync::{watch, Mutex};
 
 use super::rules::TakeSettings;
-use super::{Checkpoint, Lease, LeaseStore};
+use super::{Checkpoint, Lease, LeaseKey, LeaseStore};
 
 /// Why a checkpoint write did not happen.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -119,11 +119,11 @@ impl Liveness {
     /// the counter at `counter`; `true` when it starts a new epoch (the
     /// first beat, or one so late that a reader may have judged this worker
     /// dead on a read that missed it: one landing within a
-    /// [`crate::control::read_deadline`] of the validity's end).
+    /// [`super::watch::read_deadline`] of the validity's end).
     pub fn beat(&self, sent: Instant, counter: u64) -> bool {
         let landed = Instant::now();
         let mut beats = self.beats();
-        let lapsed = beats.valid_until.is_none_or(|until| landed + crate::control::read_deadline(self.failover_time) >= until);
+        let lapsed = beats.valid_until.is_none_or(|until| landed + super::watch::read_deadline(self.failover_time) >= until);
         if lapsed {
             beats.epoch = Some(counter);
         }
@@ -150,7 +150,7 @@ impl Liveness {
 pub struct HeldLease<S> {
     /// Unique per take: a lease taken again is a new `HeldLease`.
     id: u64,
-    key: String,
+    key: LeaseKey,
     store: Arc<S>,
     pub(super) lease: Mutex<Lease>,
     /// After this instant another worker may consider the lease expired:
@@ -184,8 +184,8 @@ impl<S: LeaseStore> HeldLease<S> {
         }
     }
 
-    /// The shard id.
-    pub fn key(&self) -> &str {
+    /// The lease's key.
+    pub fn key(&self) -> &LeaseKey {
         &self.key
     }
 

@@ -4,14 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
-use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
+use super::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseScan, LeaseStore};
 use crate::aws::AwsError;
 
 #[derive(Clone, Default)]
 pub(crate) struct MemoryStore {
-    rows: Arc<Mutex<BTreeMap<String, Lease>>>,
+    rows: Arc<Mutex<BTreeMap<LeaseKey, Lease>>>,
     /// Keys whose takes fail with a service error (fault injection).
-    failing_takes: Arc<Mutex<HashSet<String>>>,
+    failing_takes: Arc<Mutex<HashSet<LeaseKey>>>,
     /// Keys of rows that scans report as unreadable.
     unreadable: Arc<Mutex<BTreeSet<String>>>,
     /// While set, scans wait for it to be lifted (a slow table).
@@ -63,7 +63,7 @@ impl MemoryStore {
 
     /// Makes every take of `key` fail as an unavailable table would.
     pub(crate) fn fail_takes_of(&self, key: &str) {
-        self.failing_takes.lock().unwrap().insert(key.to_owned());
+        self.failing_takes.lock().unwrap().insert(key.into());
     }
 }
 

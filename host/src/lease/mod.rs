@@ -9,22 +9,27 @@
 
 pub mod coordinator;
 pub mod dynamo;
+pub mod heartbeat;
 mod held;
+mod key;
 #[cfg(test)]
 pub(crate) mod memory;
 mod renewer;
+mod row;
 pub mod rules;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]
 mod scale;
-pub(crate) mod table;
+pub mod table;
+pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 
 use crate::aws::AwsError;
+pub use key::{LeaseKey, StreamIdentifier};
 use crate::records::Position;
 
 /// Where a shard's processing stands, as the `checkpoint` column holds it.
@@ -97,8 +102,8 @@ impl fmt::Display for Checkpoint {
 /// One row of the lease table: one shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
-    /// The shard id (`leaseKey`).
-    pub key: String,
+    /// The shard it leases (`leaseKey`; see [`LeaseKey`]).
+    pub key: LeaseKey,
     /// The worker holding it (`leaseOwner`), if any.
     pub owner: Option<String>,
     /// Bumped by every write (`leaseCounter`); writes are conditional on it.
@@ -107,7 +112,8 @@ pub struct Lease {
     pub checkpoint: Checkpoint,
     /// `ownerSwitchesSinceCheckpoint`, kept as Java KCL keeps it.
     pub owner_switches_since_checkpoint: u64,
-    /// `ParentShardId` and `AdjacentParentShardId` (`parentShardId`).
+    /// `ParentShardId` and `AdjacentParentShardId` (`parentShardId`): the
+    /// parents' lease keys.
     pub parents: BTreeSet<String>,
     /// Recorded with `SHARD_END` (`childShardIds`).
     pub children: BTreeSet<String>,
@@ -124,7 +130,7 @@ pub struct Lease {
 
 impl Lease {
     /// A new, unowned lease for a shard.
-    pub fn new(key: impl Into<String>, checkpoint: Checkpoint, parents: BTreeSet<String>) -> Self {
+    pub fn new(key: impl Into<LeaseKey>, checkpoint: Checkpoint, parents: BTreeSet<String>) -> Self {
         Self {
             key: key.into(),
             owner: None,

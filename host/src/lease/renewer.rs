@@ -7,13 +7,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::held::{renew_by_deadline, HeldLease, Liveness, Renewal};
-use super::LeaseStore;
+use super::{LeaseKey, LeaseStore};
 
 /// The leases this worker holds, shared by the coordinator and its renewer.
-pub(super) type HeldMap<S> = Arc<StdMutex<HashMap<String, Arc<HeldLease<S>>>>>;
+pub(super) type HeldMap<S> = Arc<StdMutex<HashMap<LeaseKey, Arc<HeldLease<S>>>>>;
 
 /// The held map; no code panics while holding it.
-pub(super) fn lock<S>(held: &HeldMap<S>) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HeldLease<S>>>> {
+pub(super) fn lock<S>(held: &HeldMap<S>) -> std::sync::MutexGuard<'_, HashMap<LeaseKey, Arc<HeldLease<S>>>> {
     held.lock().expect("not poisoned")
 }
 

@@ -26,8 +26,9 @@ use tokio::time::Instant;
 use super::coordinator::{Coordinator, HeldLease};
 use super::memory::MemoryStore;
 use super::rules::TakeSettings;
-use super::{Checkpoint, Lease, LeaseStore};
-use crate::control::{FleetWatch, Heartbeat};
+use super::{Checkpoint, Lease, LeaseKey, LeaseStore};
+use super::heartbeat::Heartbeat;
+use super::watch::FleetWatch;
 
 /// A fleet's size: its leases and workers, and how many join and die.
 #[derive(Clone, Copy)]
@@ -55,7 +56,7 @@ struct Member {
     id: String,
     coordinator: Coordinator<MemoryStore>,
     watch: FleetWatch,
-    consumers: HashMap<String, Arc<HeldLease<MemoryStore>>>,
+    consumers: HashMap<LeaseKey, Arc<HeldLease<MemoryStore>>>,
     /// Staggers the member's rhythm against the others'.
     offset: u64,
     next_read: Instant,
@@ -119,7 +120,7 @@ impl Fleet {
         let beats: Vec<Heartbeat> = self
             .heartbeats
             .iter()
-            .map(|(w, n)| Heartbeat { worker: w.clone(), heartbeat: *n, beat_ms: None, running: None, process: None, retrying: Default::default() })
+            .map(|(w, n)| Heartbeat::bare(w.clone(), *n))
             .collect();
         for member in &mut self.members {
             let rhythm = self.tick + member.offset;
@@ -137,7 +138,7 @@ impl Fleet {
             let mut changed = false;
             if member.next_read <= now {
                 self.beat_reads += 1;
-                changed = member.watch.inform(&beats, now, &mut member.coordinator).is_change();
+                changed = member.coordinator.follow_fleet(&mut member.watch, &beats, now).is_change();
                 member.next_read = member.watch.next_read(now);
             }
             let expiring = member.coordinator.expiry_due().is_some_and(|due| due <= now);

@@ -25,11 +25,12 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::control::{FleetWatch, Heartbeat, DEFAULT_FLEET_READS_PER_SECOND};
+use super::heartbeat::Heartbeat;
+use super::watch::{FleetWatch, DEFAULT_FLEET_READS_PER_SECOND};
 use super::coordinator::{Coordinator, HeldLease};
 use super::memory::MemoryStore;
 use super::rules::{is_ready, TakeSettings};
-use super::{Checkpoint, Lease, LeaseStore};
+use super::{Checkpoint, Lease, LeaseKey, LeaseStore};
 
 const STEP: Duration = Duration::from_secs(1);
 const TAKE_EVERY: u64 = 3;
@@ -38,7 +39,7 @@ struct Worker {
     id: String,
     coordinator: Coordinator<MemoryStore>,
     /// The consumers the worker loop runs: one per lease it was given.
-    consumers: HashMap<String, Arc<HeldLease<MemoryStore>>>,
+    consumers: HashMap<LeaseKey, Arc<HeldLease<MemoryStore>>>,
     /// The fleet as this worker's heartbeat reads show it; `None` for a
     /// worker without a heartbeat.
     watch: Option<FleetWatch>,
@@ -208,14 +209,14 @@ impl Sim {
     /// A consumer reaches the end of a closed shard and writes SHARD_END, as
     /// the worker does (through the held lease: fenced).
     async fn finish(&mut self, pick: usize) {
-        let candidates: Vec<_> = self.delivering().into_iter().filter(|(_, held)| self.closed.contains(held.key())).collect();
+        let candidates: Vec<_> = self.delivering().into_iter().filter(|(_, held)| self.closed.contains(held.key().as_str())).collect();
         if candidates.is_empty() {
             return;
         }
         let (w, held) = candidates[pick % candidates.len()].clone();
         let leases = self.leases().await;
         let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
-        let lease = by_key[held.key()];
+        let lease = by_key[held.key().as_str()];
         assert!(is_ready(lease, &by_key), "{} processed {} before its parents ended", self.workers[w].id, lease.key);
         if held.checkpoint(Checkpoint::ShardEnd, &BTreeSet::new()).await.is_ok() {
             let worker = &mut self.workers[w];
@@ -225,7 +226,7 @@ impl Sim {
     }
 
     fn consumer_stops(&mut self, pick: usize) {
-        let all: Vec<(usize, String)> =
+        let all: Vec<(usize, LeaseKey)> =
             self.workers.iter().enumerate().flat_map(|(w, worker)| worker.consumers.keys().map(move |k| (w, k.clone()))).collect();
         if all.is_empty() {
             return;
@@ -254,11 +255,11 @@ impl Sim {
                 }
             }
             let beats: Vec<Heartbeat> =
-                self.heartbeats.iter().map(|(w, n)| Heartbeat { worker: w.clone(), heartbeat: *n, beat_ms: None, running: None, process: None, retrying: Default::default() }).collect();
+                self.heartbeats.iter().map(|(w, n)| Heartbeat::bare(w.clone(), *n)).collect();
             let now = tokio::time::Instant::now();
             let mut fleet_changed = false;
             if let Some(watch) = worker.watch.as_mut().filter(|_| worker.next_read <= now) {
-                fleet_changed = watch.inform(&beats, now, &mut worker.coordinator).is_change();
+                fleet_changed = worker.coordinator.follow_fleet(watch, &beats, now).is_change();
                 worker.next_read = watch.next_read(now);
             }
             if fleet_changed || beat_tick {
@@ -269,7 +270,7 @@ impl Sim {
                     worker.coordinator.evict(&key).await.unwrap();
                 }
                 for held in pass.taken {
-                    let lease = by_key.get(held.key()).copied();
+                    let lease = by_key.get(held.key().as_str()).copied();
                     assert!(lease.is_none_or(|l| !l.is_finished()), "{} took {} at SHARD_END", worker.id, held.key());
                     assert!(lease.is_none_or(|l| is_ready(l, &by_key)), "{} took {} before its parents ended", worker.id, held.key());
                     let previous = worker.consumers.insert(held.key().to_owned(), held);
@@ -284,14 +285,14 @@ impl Sim {
     fn check_exclusive(&self) {
         let mut holders: HashMap<String, Vec<&str>> = HashMap::new();
         for (w, held) in self.delivering() {
-            holders.entry(held.key().to_owned()).or_default().push(&self.workers[w].id);
+            holders.entry(held.key().to_string()).or_default().push(&self.workers[w].id);
         }
         for (key, workers) in holders {
             assert!(workers.len() <= 1, "{key} delivered by {workers:?} at once");
         }
     }
 
-    async fn owners(&self) -> Vec<(String, Option<String>)> {
+    async fn owners(&self) -> Vec<(LeaseKey, Option<String>)> {
         self.leases().await.into_iter().map(|l| (l.key, l.owner)).collect()
     }
 }

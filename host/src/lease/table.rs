@@ -5,12 +5,15 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
 };
 use aws_sdk_dynamodb::Client;
 
 use super::LeaseError;
 use crate::aws::{AwsError, Service};
+
+/// A DynamoDB item: attribute name → value.
+pub type Item = std::collections::HashMap<String, AttributeValue>;
 
 /// Longest wait for a new table to become active.
 const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -18,7 +21,9 @@ const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
 /// A table with a string hash key named `key`.
 #[derive(Clone, Debug)]
 pub struct KeyedTable {
+    /// The DynamoDB client.
     pub client: Client,
+    /// The table's name.
     pub name: String,
     /// The hash key attribute.
     pub key: &'static str,
@@ -27,6 +32,7 @@ pub struct KeyedTable {
 }
 
 impl KeyedTable {
+    /// `error` from `operation` on this table, typed.
     pub fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use super::Swapper;
 use crate::aws::AwsError;
 use crate::swap::store::ComponentStore;
-use crate::control::{ControlTable, Deployed, Heartbeat, Version};
+use super::deploy::{DeployRow, Deployed, Version};
+use crate::lease::heartbeat::{Heartbeat, HeartbeatTable};
 use crate::lease::LeaseError;
 use crate::runtime::{Processor, Runtime, RuntimeConfig};
 
@@ -118,8 +119,7 @@ pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, proc
         Some(path) => Some(checked_component(path).await?),
         None => None,
     };
-    let control = ControlTable::new(dynamodb.clone(), application);
-    let read = match control.read().await {
+    let read = match HeartbeatTable::new(dynamodb.clone(), application).read().await {
         Ok(read) => read,
         Err(LeaseError::Aws(AwsError::TableMissing(table))) => {
             return Err(format!(
@@ -130,7 +130,7 @@ pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, proc
         Err(e) => return Err(e.to_string()),
     };
     let components = ComponentStore::new(dynamodb.clone(), application);
-    let deployed = read.deployed;
+    let deployed = Deployed::in_read(&read);
     let (wanted, previous) = match checked {
         Some((processor, bytes)) => {
             // Stored in DynamoDB, so a worker on any machine can load it.
@@ -156,7 +156,7 @@ pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, proc
             _ => return Err(format!("nothing to roll back to: `{application}` has no earlier deploy")),
         },
     };
-    control.deploy(&wanted, previous.as_ref()).await.map_err(|e| e.to_string())?;
+    DeployRow::new(dynamodb.clone(), application).write(&wanted, previous.as_ref()).await.map_err(|e| e.to_string())?;
     // Keep what the row names (the wanted version and the one before); the
     // version that was `previous` until now can go.
     let dropped = deployed.and_then(|d| d.previous).filter(|old| old.hash != wanted.hash && previous.as_ref().is_none_or(|p| p.hash != old.hash));
@@ -172,6 +172,13 @@ pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, proc
             p.describe()
         ))
     ))
+}
+
+/// `kcl-host deploy`, connected as `aws` says: prints what [`deploy`] did.
+pub async fn command(aws: &crate::aws::AwsSettings, application: &str, processor: Option<&Path>) -> Result<(), String> {
+    let clients = crate::aws::AwsClients::from_env(aws).await.map_err(|e| e.to_string())?;
+    println!("{}", deploy(&clients.dynamodb, application, processor).await?);
+    Ok(())
 }
 
 /// Loads the component at `path` and runs a test `initialize`.
@@ -193,8 +200,8 @@ fn stored(components: &ComponentStore, processor: &Processor) -> Version {
 /// that version — so `--rollback` can bring every worker back to it.
 /// `None` when there is no such version.
 async fn running_version(components: &ComponentStore, heartbeats: &[Heartbeat]) -> Result<Option<Version>, String> {
-    let running: BTreeSet<&Version> = heartbeats.iter().filter_map(|h| h.running.as_ref()).collect();
-    let [running] = running.into_iter().collect::<Vec<_>>()[..] else { return Ok(None) };
+    let running: BTreeSet<Version> = heartbeats.iter().filter_map(Version::running).collect();
+    let [running] = &running.into_iter().collect::<Vec<_>>()[..] else { return Ok(None) };
     if components.hash_in(&running.source).is_some() {
         return Ok(Some(running.clone()));
     }

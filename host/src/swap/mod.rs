@@ -5,6 +5,7 @@
 //! offered to the worker, which rolls it out ([`rollout`]); [`fleet`] is
 //! the `deploy` row's protocol.
 
+pub mod deploy;
 pub mod fleet;
 pub mod rollout;
 pub mod store;
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::control::Version;
+pub use deploy::Version;
 use crate::records::Batch;
 use crate::replay;
 use crate::output::{OutputSpec, Outputs};

@@ -9,7 +9,7 @@
 //!   in a task of its own (`upkeep.rs`), no renewal waiting on another (in
 //!   heartbeat mode each beat renews the leases, and the renewal task only
 //!   renews a lease the heartbeat no longer covers);
-//! - the heartbeats of the fleet, every [`control::poll_interval`] for the
+//! - the heartbeats of the fleet, every [`watch::poll_interval`] for the
 //!   two watchers and less often for the others ([`FleetWatch::read_every`]),
 //!   and at the moment a worker would die: a worker that joined, stopped or
 //!   died starts a take pass at once (which also gives back leases above
@@ -23,42 +23,38 @@
 //! - a shard sync every sync interval, on the last pass's read of the table,
 //!   and at once when a shard ends, so children start right after their parents.
 
+pub mod command;
 mod redelivery;
 mod shard_loop;
 mod shards;
+mod start;
 mod upkeep;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::admin::{self, Health};
+use crate::admin::Health;
 use crate::aws::{AwsClients, AwsError};
 use crate::config::WorkerConfig;
-use crate::control::{self, ControlTable, FleetWatch};
-use crate::failure::policy::RetryBoard;
-use crate::failure::DeadLetters;
-use crate::fanout;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
-use crate::lease::{LeaseError, LeaseStore};
+use crate::lease::heartbeat::HeartbeatTable;
+use crate::lease::watch::{self, FleetWatch};
+use crate::lease::{LeaseError, LeaseKey};
 use crate::metrics::Metrics;
-use crate::output::Outputs;
 use crate::runtime::Processor;
-use crate::shard::{self, InitialPosition};
+use crate::swap::deploy::Deployed;
 use crate::swap::fleet::Follower;
-use crate::swap::rollout::{CallReport, Rollout};
-use crate::swap::store::ComponentStore;
+use crate::swap::rollout::CallReport;
 use crate::swap::Swapper;
-use redelivery::Budget;
 use shard_loop::Outcome;
-use shards::{Balance, Held, KinesisReaders, ShardLoops, Template};
-use upkeep::{check_unique, process_name, renew_every, sync_shards, Beat};
+use shards::{Balance, Held, ShardLoops};
+use upkeep::sync_shards;
 
 /// Why the worker could not run.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +128,7 @@ struct Worker {
     me: String,
     process: String,
     store: Arc<DynamoStore>,
-    control: ControlTable,
+    control: HeartbeatTable,
     coordinator: Coordinator<DynamoStore>,
     fleet: FleetWatch,
     swapper: Arc<Swapper>,
@@ -145,7 +141,7 @@ struct Worker {
     balance: Balance,
     ended: mpsc::UnboundedReceiver<(Held, Outcome)>,
     reports: mpsc::UnboundedReceiver<CallReport>,
-    processor: watch::Receiver<Processor>,
+    processor: tokio::sync::watch::Receiver<Processor>,
     /// The heartbeat and the renewals.
     upkeep: [JoinHandle<()>; 2],
     /// The admin listener, when there is one.
@@ -155,122 +151,12 @@ struct Worker {
 }
 
 impl Worker {
-    /// Reads the control table (the deployed version, and whether another
-    /// live process uses this worker id), writes the first heartbeat,
-    /// syncs shards to leases and takes every lease it should at once.
-    async fn start(config: WorkerConfig, clients: AwsClients, swapper: Arc<Swapper>) -> Result<Self, WorkerError> {
-        let started = Instant::now();
-        // Check the stream before touching DynamoDB: a typo in --stream must not create a table.
-        shard::list_shards(&clients.kinesis, &config.stream).await?;
-        let failover = config.take.failover_time;
-        let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application).with_renewal_timeout(failover));
-        let control = ControlTable::new(clients.dynamodb.clone(), &config.application);
-        tokio::try_join!(store.ensure_table(), control.ensure())?;
-        let me = config.worker_id.clone();
-        let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
-        let read = control.read().await?;
-        // Before any shard starts: a restarted or new worker runs what the fleet was told to.
-        let follower = Follower::new(swapper.clone(), ComponentStore::new(clients.dynamodb.clone(), &config.application));
-        follower.start(read.deployed.as_ref()).await;
-        let process = process_name();
-        check_unique(&control, &me, &read, failover).await?;
-        // Others see this worker (and may give it leases) from its first beat on.
-        let retrying = Arc::new(RetryBoard::default());
-        let heartbeat = Beat {
-            control: control.clone(),
-            me: me.clone(),
-            process: process.clone(),
-            swapper: swapper.clone(),
-            cover: coordinator.cover(),
-            retrying: retrying.clone(),
-        };
-        heartbeat.once(true).await?;
-        let mut fleet = FleetWatch::new(&me, failover).with_fleet_reads(config.fleet_heartbeat_reads);
-        fleet.inform(&read.heartbeats, Instant::now(), &mut coordinator);
-
-        let fan_out = fanout::subscriptions(config.retrieval, &clients.kinesis, &config.stream, &config.application).await?;
-        let metrics = Arc::new(Metrics::new(&config.stream, &me));
-        let health = Arc::new(Health::new(coordinator.liveness(), failover));
-        let outputs = Outputs::connect(&config.outputs, &clients, config.output_buffer_bytes, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
-        let dead_letters = DeadLetters::connect(&config.failure, &clients, &config.stream, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
-        if let Some(warning) = config.failure.drop_warning() {
-            tracing::warn!("{warning}");
-        }
-        let admin = admin::start(config.admin_listen, metrics.clone(), health.clone(), swapper.clone()).await.map_err(WorkerError::Refused)?;
-        let (ended_tx, ended) = mpsc::unbounded_channel();
-        let (reports_tx, reports) = mpsc::unbounded_channel();
-        let mut processor = swapper.subscribe();
-        let rollout = Rollout::new(processor.borrow_and_update().clone(), config.swap, metrics.clone());
-        let template = Template {
-            reader: Arc::new(KinesisReaders {
-                kinesis: clients.kinesis.clone(),
-                stream: config.stream.clone(),
-                fetch: config.fetch.clone(),
-                fan_out,
-            }),
-            stream: config.stream.clone(),
-            initial_timestamp_ms: match config.initial_position {
-                InitialPosition::AtTimestamp(ms) => Some(ms),
-                _ => None,
-            },
-            redelivery: Budget::new(config.swap.buffer_bytes),
-            metrics: metrics.clone(),
-            outputs,
-            failure: Arc::new(config.failure.clone()),
-            dead_letters,
-            retrying: retrying.clone(),
-        };
-        let shards = ShardLoops::new(template, rollout, ended_tx, reports_tx);
-
-        // The heartbeat and the renewals in tasks of their own: no take pass,
-        // shard sync or slow renewal delays them.
-        let (taken_over_tx, taken_over) = mpsc::channel(1);
-        let beats = heartbeat.every(failover / 3, control::poll_interval(failover));
-        let heartbeats = tokio::spawn(
-            async move {
-                let _ = taken_over_tx.send(beats.await).await;
-            }
-            .in_current_span(),
-        );
-        let renewals = tokio::spawn(renew_every(coordinator.renewer(failover / 3), metrics.clone()).in_current_span());
-
-        let mut worker = Worker {
-            config,
-            clients,
-            started,
-            me,
-            process,
-            store,
-            control,
-            coordinator,
-            fleet,
-            swapper,
-            follower,
-            shards,
-            metrics,
-            health,
-            summary: Summary::default(),
-            balance: Balance::default(),
-            ended,
-            reports,
-            processor,
-            upkeep: [heartbeats, renewals],
-            admin,
-            taken_over,
-        };
-        let leases = worker.store.list().await?;
-        sync_shards(&worker.config, &worker.clients, &worker.store, &leases).await?;
-        worker.balance = worker.shards.apply(worker.coordinator.take_pass().await?);
-        tracing::info!(leases = worker.shards.len(), "first lease pass done in {:?}", started.elapsed());
-        Ok(worker)
-    }
-
     /// The loop, until `shutdown` resolves or the worker must stop (the
     /// reason is returned). Each in its own rhythm: heartbeat reads, take
     /// passes, shard syncs, the rollout, and shard loops that end.
     async fn run_until(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Option<String> {
         let failover = self.config.take.failover_time;
-        let poll = control::poll_interval(failover);
+        let poll = watch::poll_interval(failover);
         let mut last_read = Instant::now();
         let mut last_pass = Instant::now();
         let mut sync = tokio::time::interval(self.config.shard_sync_interval);
@@ -345,7 +231,7 @@ impl Worker {
         let failover = self.config.take.failover_time;
         // Bounded: a read hung in an outage must not hold the loop once
         // DynamoDB is back, and one that slow may show a beat long gone.
-        let deadline = control::read_deadline(failover);
+        let deadline = watch::read_deadline(failover);
         let read = match tokio::time::timeout(deadline, self.control.read()).await {
             Ok(Ok(read)) => read,
             Ok(Err(e)) => {
@@ -359,8 +245,8 @@ impl Worker {
         };
         // Liveness is judged on the clock of the read, never a later one.
         let read_at = Instant::now();
-        self.follower.read(read.deployed);
-        let change = self.fleet.inform(&read.heartbeats, read_at, &mut self.coordinator);
+        self.follower.read(Deployed::in_read(&read));
+        let change = self.coordinator.follow_fleet(&mut self.fleet, &read.heartbeats, read_at);
         if change.is_change() {
             let now = self.fleet.fleet();
             tracing::info!(live = ?now.live, dead = ?now.dead, "the fleet changed");
@@ -376,10 +262,10 @@ impl Worker {
     /// A shard loop ended. `Ok(Some(_))` when a take pass is due (with the
     /// shard that ended, when that is why); `Err` with the reason when the
     /// worker must stop.
-    async fn shard_ended(&mut self, held: Held, outcome: Outcome) -> Result<Option<Option<String>>, String> {
+    async fn shard_ended(&mut self, held: Held, outcome: Outcome) -> Result<Option<Option<LeaseKey>>, String> {
         let key = held.key().to_owned();
         if let Some(delivered) = self.shards.ended(&held) {
-            *self.summary.records.entry(key.clone()).or_default() += delivered;
+            *self.summary.records.entry(key.to_string()).or_default() += delivered;
         }
         match outcome {
             Outcome::LeaseLost => {
@@ -407,7 +293,7 @@ impl Worker {
                 self.shards.shard_ended(&key);
                 self.shards.tell(&self.swapper);
                 self.coordinator.finished(&key);
-                self.summary.finished.push(key.clone());
+                self.summary.finished.push(key.to_string());
                 // Children become ready the moment a parent ends: sync and take now.
                 self.sync_shards().await;
                 Ok(Some(Some(key)))
@@ -421,7 +307,7 @@ impl Worker {
         }
     }
 
-    async fn take_pass(&mut self, after_end: Option<String>) {
+    async fn take_pass(&mut self, after_end: Option<LeaseKey>) {
         match self.coordinator.take_pass().await {
             Ok(pass) => {
                 let taken = pass.taken.len();
@@ -445,12 +331,12 @@ impl Worker {
         while let Ok((held, outcome)) = self.ended.try_recv() {
             if let Outcome::ShardEnd { .. } = outcome {
                 self.coordinator.finished(held.key());
-                self.summary.finished.push(held.key().to_owned());
+                self.summary.finished.push(held.key().to_string());
             }
         }
         for (held, delivered) in stopped {
             let key = held.key();
-            *self.summary.records.entry(key.to_owned()).or_default() += delivered;
+            *self.summary.records.entry(key.to_string()).or_default() += delivered;
             if held.is_valid()
                 && let Err(e) = self.coordinator.evict(key).await
             {

@@ -18,8 +18,9 @@ use crate::fanout::{KinesisSubscriptions, Subscriber};
 use crate::fetch::{self, FetchSettings, Fetcher, Prefetch, StartingPosition};
 use crate::lease::coordinator::{HeldLease, TakePass};
 use crate::lease::dynamo::DynamoStore;
+use crate::lease::LeaseKey;
 use crate::metrics::{Metrics, ShardMetrics};
-use crate::failure::policy::RetryBoard;
+use crate::failure::retrying::RetryBoard;
 use crate::failure::{DeadLetters, FailureSettings};
 use crate::output::Outputs;
 use crate::records::kpl::HashRange;
@@ -97,7 +98,7 @@ pub(super) struct ShardLoops {
     template: Template,
     pub(super) rollout: Rollout,
     tasks: JoinSet<()>,
-    running: BTreeMap<String, Running>,
+    running: BTreeMap<LeaseKey, Running>,
     ended: mpsc::UnboundedSender<(Held, Outcome)>,
     reports: mpsc::UnboundedSender<CallReport>,
 }
@@ -261,7 +262,7 @@ impl ShardLoops {
 }
 
 /// Each running shard, for the rollout.
-fn channels(running: &BTreeMap<String, Running>) -> rollout::Shards<'_> {
+fn channels(running: &BTreeMap<LeaseKey, Running>) -> rollout::Shards<'_> {
     running
         .iter()
         .map(|(key, r)| (key.as_str(), rollout::Shard { processor: &r.processor, delivered: r.delivered.load(Ordering::Relaxed) }))

@@ -11,11 +11,12 @@ use tokio::time::Instant;
 use super::WorkerError;
 use crate::aws::{AwsClients, AwsError, Service};
 use crate::config::WorkerConfig;
-use crate::control::{self, ControlTable};
-use crate::failure::policy::RetryBoard;
+use crate::lease::heartbeat::{ControlRead, HeartbeatTable};
+use crate::lease::watch;
+use crate::failure::retrying::RetryBoard;
 use crate::lease::coordinator::{HeldLease, LeaseCover, Renewer};
 use crate::lease::dynamo::DynamoStore;
-use crate::lease::{Lease, LeaseError, LeaseStore};
+use crate::lease::{Lease, LeaseError, LeaseKey, LeaseStore};
 use crate::metrics::Metrics;
 use crate::shard;
 use crate::swap::Swapper;
@@ -23,7 +24,7 @@ use crate::swap::Swapper;
 /// What this worker's heartbeat row says, and who writes it.
 #[derive(Clone)]
 pub(super) struct Beat {
-    pub(super) control: ControlTable,
+    pub(super) control: HeartbeatTable,
     pub(super) me: String,
     /// The process that writes the row.
     pub(super) process: String,
@@ -42,7 +43,9 @@ impl Beat {
     /// sent. `Ok(false)` when another process writes the row now.
     pub(super) async fn once(&self, claim: bool) -> Result<bool, LeaseError> {
         let sent = Instant::now();
-        let counter = self.control.beat(&self.me, &self.swapper.current(), &self.process, claim, &self.retrying.snapshot()).await?;
+        let mut report = self.swapper.current().report();
+        report.extend(self.retrying.report());
+        let counter = self.control.beat(&self.me, &self.process, claim, &report).await?;
         if let Some(counter) = counter {
             self.cover.heartbeat_written(sent, counter);
         }
@@ -92,7 +95,7 @@ pub(super) fn process_name() -> String {
 /// Refuses to start while another live process beats as `me`. A row of
 /// this worker id written lately may be a crashed process's: it is watched
 /// for one heartbeat period, and only one that moves meanwhile refuses.
-pub(super) async fn check_unique(control: &ControlTable, me: &str, read: &control::ControlRead, failover: Duration) -> Result<(), WorkerError> {
+pub(super) async fn check_unique(control: &HeartbeatTable, me: &str, read: &ControlRead, failover: Duration) -> Result<(), WorkerError> {
     let Some(row) = read.heartbeats.iter().find(|h| h.worker == me) else { return Ok(()) };
     let now_ms = crate::clock::unix_ms();
     // Twice the failover time: room for clocks that disagree.
@@ -100,7 +103,7 @@ pub(super) async fn check_unique(control: &ControlTable, me: &str, read: &contro
         return Ok(());
     }
     tracing::info!("worker id `{me}` has a recent heartbeat row: watching it for one heartbeat period before starting");
-    tokio::time::sleep(failover / 3 + control::poll_interval(failover)).await;
+    tokio::time::sleep(failover / 3 + watch::poll_interval(failover)).await;
     let again = control.read().await?;
     match again.heartbeats.iter().find(|h| h.worker == me) {
         Some(now) if now.heartbeat != row.heartbeat => Err(WorkerError::Refused(format!(
@@ -133,8 +136,8 @@ pub(super) async fn sync_shards<S: LeaseStore>(
     // Leases whose parents are not new are written all at once; a new
     // child only after its new parents, so no child is ever without them.
     let planned = shard::plan_new_leases(&shards, leases, &config.initial_position);
-    let new_keys: HashSet<String> = planned.iter().map(|l| l.key.clone()).collect();
-    let (independent, dependent): (Vec<_>, Vec<_>) = planned.into_iter().partition(|l| l.parents.iter().all(|p| !new_keys.contains(p)));
+    let new_keys: HashSet<LeaseKey> = planned.iter().map(|l| l.key.clone()).collect();
+    let (independent, dependent): (Vec<_>, Vec<_>) = planned.into_iter().partition(|l| l.parents.iter().all(|p| !new_keys.contains(p.as_str())));
     let mut creates = JoinSet::new();
     for lease in independent {
         let store = store.clone();

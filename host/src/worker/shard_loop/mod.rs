@@ -4,16 +4,19 @@
 //! right reason.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+mod hooks;
+
 use super::redelivery::{Budget, Unacknowledged};
+use hooks::{LeaseSink, ShardHooks};
 use crate::aws::AwsError;
-use crate::failure::policy::{RetryBoard, Retrying, Step};
-use crate::failure::{self, deliver::Delivery, Condition, DeadLetters, Delivered, FailurePolicy, FailureSettings, Hooks};
+use crate::failure::retrying::RetryBoard;
+use crate::failure::{self, deliver::Delivery, DeadLetters, Delivered, FailurePolicy, FailureSettings};
 use crate::fetch::{Fetched, Prefetch, StartingPosition};
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
@@ -21,7 +24,7 @@ use crate::metrics::ShardMetrics;
 use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
-use crate::runtime::{CallError, CheckpointError, CheckpointFuture, CheckpointSink, Processor, ShardInfo, ShardInstance, ShutdownReason};
+use crate::runtime::{Processor, ShardInfo, ShardInstance, ShutdownReason};
 use crate::swap::rollout::CallReport;
 
 /// Opens a shard's reader for each attempt: Kinesis (GetRecords or
@@ -142,7 +145,7 @@ impl<S: LeaseStore> ShardLoop<S> {
     /// checkpoint began, and is set by this one if it delivers first.
     async fn attempt(&self, policy: &mut FailurePolicy, first_delivered: &mut Option<String>) -> Interrupt {
         let lease = self.held.snapshot().await;
-        let shard_id = lease.key.clone();
+        let shard_id = lease.key.shard_id().to_owned();
         let (start, last_checkpoint) = match starting_position(&lease.checkpoint, first_delivered.as_deref(), self.initial_timestamp_ms) {
             Start::Read(start, last_checkpoint) => (start, last_checkpoint),
             Start::Finished => return Interrupt::Done(Outcome::ShardEnd { children: lease.children }),
@@ -215,7 +218,7 @@ impl<S: LeaseStore> ShardLoop<S> {
         last_checkpoint: Option<Position>,
         checkpointed: &Arc<StdMutex<Option<Position>>>,
     ) -> Result<ShardInstance, Interrupt> {
-        let shard_id = self.held.key().to_owned();
+        let shard_id = self.held.key().shard_id().to_owned();
         let sink = LeaseSink { held: self.held.clone(), metrics: self.metrics.clone(), checkpointed: checkpointed.clone() };
         let outputs = Box::new(self.outputs.shard());
         let mut instance = match processor.instantiate_with_outputs(&shard_id, Box::new(sink), outputs, last_checkpoint.clone()).await {
@@ -325,60 +328,6 @@ impl<S: LeaseStore> ShardLoop<S> {
     }
 }
 
-/// What the failure policy's delivery loop counts, logs and waits on for a shard.
-struct ShardHooks<'a, S> {
-    shard_loop: &'a ShardLoop<S>,
-    processor: &'a Processor,
-}
-
-impl<S: LeaseStore> Hooks for ShardHooks<'_, S> {
-    type Stop = Outcome;
-
-    async fn pause(&self, wait: Duration) -> Result<(), Outcome> {
-        self.shard_loop.wait(wait).await.map_or(Ok(()), Err)
-    }
-
-    fn check(&self) -> Result<(), Outcome> {
-        if self.shard_loop.held.is_valid() { Ok(()) } else { Err(Outcome::LeaseLost) }
-    }
-
-    fn processed(&self, records: &Batch, took: Duration) {
-        let _ = self.shard_loop.reports.send(CallReport { processor: self.processor.hash().to_owned(), ok: true });
-        self.shard_loop.delivered.fetch_add(records.len() as u64, Ordering::Relaxed);
-        self.shard_loop.metrics.processed(records.len(), records.data.len(), took);
-    }
-
-    fn failed(&self, error: &CallError, step: &Step, blame: bool) {
-        let metrics = &self.shard_loop.metrics;
-        metrics.guest_error(error);
-        if blame {
-            let _ = self.shard_loop.reports.send(CallReport { processor: self.processor.hash().to_owned(), ok: false });
-        }
-        match step {
-            Step::Retry { bisected: true, .. } => metrics.failure_event("bisect"),
-            Step::Retry { .. } | Step::Partial { .. } => metrics.failure_event("retry"),
-            Step::GiveUp { .. } | Step::LeaseLost => return,
-        }
-        // A restart is logged where it happens, with the instance's end.
-        if !matches!(step, Step::Retry { restart: true, bisected: false, .. }) {
-            tracing::warn!(shard = self.shard_loop.held.key(), processor = self.processor.describe(), "{error}; {step}");
-        }
-    }
-
-    fn gave_up(&self, records: usize, condition: Condition, kept: bool) {
-        let metrics = &self.shard_loop.metrics;
-        metrics.failure_events(if kept { "dead-letter" } else { "skipped" }, records);
-        let shard = self.shard_loop.held.key();
-        let whereto = if kept { "wrote them to --on-failure" } else { "SKIPPED them (no --on-failure target)" };
-        tracing::warn!(shard, processor = self.processor.describe(), "gave up on {records} records ({condition:?}) and {whereto}; the checkpoint moves past them");
-    }
-
-    fn retrying(&self, state: Option<Retrying>) {
-        self.shard_loop.metrics.retry_attempts(state.as_ref().map_or(0, |r| r.attempts));
-        self.shard_loop.retrying.set(self.shard_loop.held.key(), state);
-    }
-}
-
 /// Where an attempt starts reading.
 #[derive(Debug, PartialEq)]
 enum Start {
@@ -408,30 +357,5 @@ fn starting_position(checkpoint: &Checkpoint, first_delivered: Option<&str>, ini
     }
 }
 
-/// Writes a guest's checkpoints to the lease table through the held lease.
-struct LeaseSink<S> {
-    held: Arc<HeldLease<S>>,
-    metrics: ShardMetrics,
-    /// The last checkpoint written, for the consumer's re-delivery on a swap.
-    checkpointed: Arc<StdMutex<Option<Position>>>,
-}
-
-impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
-    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
-        Box::pin(async move {
-            let written = self.held.checkpoint(Checkpoint::At(position.clone()), &BTreeSet::new()).await;
-            self.metrics.checkpoint(written.is_ok());
-            if written.is_ok() {
-                *self.checkpointed.lock().expect("not poisoned") = Some(position);
-            }
-            written.map_err(|e| match e {
-                CheckpointFailure::LeaseLost => CheckpointError::LeaseLost,
-                CheckpointFailure::Unavailable(message) => CheckpointError::Unavailable(message),
-            })
-        })
-    }
-}
-
 #[cfg(test)]
-#[path = "shard_loop_tests.rs"]
 mod tests;

@@ -1,6 +1,8 @@
 //! `kcl-host replay`: a processor's whole lifecycle on records from a file,
 //! with no Kinesis, DynamoDB or network — the processor author's test loop.
 
+pub mod command;
+
 use std::io::BufRead;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,7 +14,8 @@ use serde::Deserialize;
 
 use crate::clock;
 use crate::failure::deliver::Delivery;
-use crate::failure::policy::{Retrying, Step};
+use crate::failure::policy::Step;
+use crate::failure::retrying::Retrying;
 use crate::failure::{self, Condition, DeadLetters, Delivered, FailurePolicy, FailureSettings, Hooks};
 use crate::output::Outputs;
 use crate::records::{kpl, Batch, Position, Record};

@@ -1,0 +1,203 @@
+//! Applies the lease rules through a [`LeaseStore`]: take passes,
+//! eviction, and the leases this worker holds ([`HeldLease`], renewed by a
+//! [`Renewer`]).
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+// tokio's clock: the lease simulation runs it paused, as a virtual clock.
+use tokio::time::Instant;
+
+pub use super::held::HeldLease;
+pub use super::held::{CheckpointFailure, Liveness};
+use super::renewer::{lock, HeldMap};
+pub use super::renewer::{LeaseCover, Renewer};
+use super::heartbeat::Heartbeat;
+use super::rules::{self, ExpiryTracker, Fleet, TakeSettings, View};
+use super::watch::{FleetChange, FleetWatch};
+use super::{Lease, LeaseError, LeaseKey, LeaseStore};
+
+mod take;
+pub use take::TakePass;
+
+/// Takes, renews and releases this worker's leases.
+pub struct Coordinator<S> {
+    store: Arc<S>,
+    worker_id: String,
+    settings: TakeSettings,
+    tracker: ExpiryTracker,
+    held: HeldMap<S>,
+    /// Held leases being given back to balance the fleet.
+    releasing: HashSet<LeaseKey>,
+    fleet: Fleet,
+    /// Live Java KCL 3.x workers, as the last pass read their metrics rows.
+    kcl3_workers: BTreeSet<String>,
+    liveness: Arc<Liveness>,
+    /// The leases as the last pass read them, for the shard sync.
+    leases: Vec<Lease>,
+    /// The earliest moment a lease the last pass saw could expire.
+    next_expiry: Option<Instant>,
+    rng: fastrand::Rng,
+    next_id: u64,
+    /// Children already logged as waiting on an unreadable parent row.
+    waiting_logged: HashSet<LeaseKey>,
+    /// The next pass covers a worker that died or stopped.
+    cover: bool,
+}
+
+impl<S: LeaseStore> Coordinator<S> {
+    /// A coordinator taking leases from `store` as `worker_id`.
+    pub fn new(store: Arc<S>, worker_id: impl Into<String>, settings: TakeSettings) -> Self {
+        Self {
+            store,
+            worker_id: worker_id.into(),
+            settings: settings.clone(),
+            tracker: ExpiryTracker::default(),
+            held: HeldMap::default(),
+            releasing: HashSet::new(),
+            fleet: Fleet::default(),
+            kcl3_workers: BTreeSet::new(),
+            liveness: Arc::new(Liveness::new(settings.failover_time)),
+            leases: Vec::new(),
+            next_expiry: None,
+            rng: fastrand::Rng::new(),
+            next_id: 0,
+            waiting_logged: HashSet::new(),
+            cover: false,
+        }
+    }
+
+    /// Makes the next pass take every free or expired lease, whatever the
+    /// target ([`rules::View::cover`]): this worker is a watcher that saw a
+    /// worker die or stop. It gives nothing back in that pass; a later one
+    /// gives the excess to the workers below the target.
+    pub fn cover_departures(&mut self) {
+        self.cover = true;
+    }
+
+    /// Notes a fresh heartbeat read in `watch` and takes what this
+    /// coordinator needs of it: the fleet, and whether its next pass covers
+    /// a worker that died or stopped ([`FleetWatch::covers_departures`]).
+    pub fn follow_fleet(&mut self, watch: &mut FleetWatch, heartbeats: &[Heartbeat], now: Instant) -> FleetChange {
+        let change = watch.observe(heartbeats, now);
+        if change.is_change() {
+            self.set_fleet(watch.fleet().clone());
+        }
+        if change == FleetChange::Departed && watch.covers_departures() {
+            tracing::info!(
+                "a worker died or stopped: as a watcher, taking every lease it left now (the others read the fleet every {:?})",
+                watch.others_read_every()
+            );
+            self.cover_departures();
+        }
+        change
+    }
+
+    fn view<'a>(&'a self, held: &'a HashSet<LeaseKey>, now: Instant) -> View<'a> {
+        View { me: &self.worker_id, held, releasing: &self.releasing, fleet: &self.fleet, kcl3_workers: &self.kcl3_workers, tracker: &self.tracker, now, cover: false }
+    }
+
+    /// The keys of the held leases. A lease on its way back that was lost
+    /// meanwhile (its consumer ended, or a renewal found it taken) is no
+    /// longer on its way back: the rules may take that shard again.
+    fn held_keys(&mut self) -> HashSet<LeaseKey> {
+        let held: HashSet<LeaseKey> = lock(&self.held).keys().cloned().collect();
+        self.releasing.retain(|key| held.contains(key));
+        held
+    }
+
+    /// Picks the held leases to give back, and marks them as on their way.
+    fn plan_release(&mut self, leases: &[Lease]) -> Vec<LeaseKey> {
+        let held = self.held_keys();
+        let count = rules::plan_release(leases, &self.view(&held, Instant::now()), &self.settings);
+        let mut candidates: Vec<LeaseKey> = held.difference(&self.releasing).cloned().collect();
+        candidates.sort();
+        let release: Vec<LeaseKey> = candidates.into_iter().rev().take(count).collect();
+        self.releasing.extend(release.iter().cloned());
+        release
+    }
+
+    /// When the first lease of an owner without a heartbeat could expire,
+    /// if its counter stays as read.
+    fn next_expiry(&self, leases: &[Lease]) -> Option<Instant> {
+        leases
+            .iter()
+            .filter(|l| l.owner.as_deref().is_some_and(|o| o != self.worker_id && !self.fleet.live.contains(o)))
+            .filter_map(|l| self.tracker.stale_at(&l.key, l.counter, self.settings.failover_time))
+            .filter(|at| *at > Instant::now())
+            .min()
+    }
+
+    /// The earliest moment a lease the last pass saw could expire: a take
+    /// pass then finds it expired, rather than up to a whole period later.
+    pub fn expiry_due(&self) -> Option<Instant> {
+        self.next_expiry
+    }
+
+    /// The leases as the last take pass read them (eventually consistent,
+    /// so possibly a little stale: good enough for the conditional writes of
+    /// a shard sync).
+    pub fn leases(&self) -> &[Lease] {
+        &self.leases
+    }
+
+    /// The fleet as the heartbeat rows show it now.
+    pub fn set_fleet(&mut self, fleet: Fleet) {
+        self.fleet = fleet;
+    }
+
+    /// This worker's heartbeat clock, for the task that writes the heartbeat.
+    pub fn liveness(&self) -> Arc<Liveness> {
+        self.liveness.clone()
+    }
+
+    /// The renewer of this coordinator's leases, to run in its own task
+    /// every `every`.
+    pub fn renewer(&self, every: Duration) -> Renewer<S> {
+        Renewer { held: self.held.clone(), liveness: self.liveness.clone(), every, failed: Default::default() }
+    }
+
+    /// What the heartbeat task tells of each beat written: it renews the
+    /// leases in heartbeat mode.
+    pub fn cover(&self) -> LeaseCover<S> {
+        LeaseCover { held: self.held.clone(), liveness: self.liveness.clone() }
+    }
+
+    /// Renews every held lease; returns (and forgets) the ones lost.
+    pub async fn renew_all(&mut self) -> Vec<Arc<HeldLease<S>>> {
+        self.renewer(Duration::ZERO).renew_all().await
+    }
+
+    /// Stops tracking a lease whose shard was processed to its end.
+    pub fn finished(&mut self, key: &str) {
+        lock(&self.held).remove(key);
+    }
+
+    /// The consumer of `held` ended without finishing the shard (its
+    /// validity ran out before a renewal noticed, say). A lease is never
+    /// held without a consumer: this take is forgotten, so the next pass
+    /// takes the row again (if nobody else did) and starts a new consumer.
+    /// A newer take of the same shard is left alone.
+    pub fn consumer_ended(&mut self, held: &Arc<HeldLease<S>>) {
+        let mut current = lock(&self.held);
+        if current.get(held.key()).is_some_and(|current| Arc::ptr_eq(current, held)) {
+            held.mark_lost();
+            current.remove(held.key());
+        }
+    }
+
+    /// Gives one lease back (owner cleared) so other workers take it in their next pass.
+    pub async fn evict(&mut self, key: &str) -> Result<(), LeaseError> {
+        self.releasing.remove(key);
+        let removed = lock(&self.held).remove(key);
+        if let Some(held) = removed {
+            held.mark_lost();
+            let lease = held.lease.lock().await;
+            self.store.evict(&lease).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,97 @@
+//! What a shard loop lends the failure policy's delivery loop (its hooks:
+//! what to count, log and wait on) and the runtime (where checkpoints go).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use super::{Outcome, ShardLoop};
+use crate::failure::policy::Step;
+use crate::failure::retrying::Retrying;
+use crate::failure::{Condition, Hooks};
+use crate::lease::coordinator::{CheckpointFailure, HeldLease};
+use crate::lease::{Checkpoint, LeaseStore};
+use crate::metrics::ShardMetrics;
+use crate::records::{Batch, Position};
+use crate::runtime::{CallError, CheckpointError, CheckpointFuture, CheckpointSink, Processor};
+use crate::swap::rollout::CallReport;
+
+/// What the failure policy's delivery loop counts, logs and waits on for a shard.
+pub(super) struct ShardHooks<'a, S> {
+    pub(super) shard_loop: &'a ShardLoop<S>,
+    pub(super) processor: &'a Processor,
+}
+
+impl<S: LeaseStore> Hooks for ShardHooks<'_, S> {
+    type Stop = Outcome;
+
+    async fn pause(&self, wait: Duration) -> Result<(), Outcome> {
+        self.shard_loop.wait(wait).await.map_or(Ok(()), Err)
+    }
+
+    fn check(&self) -> Result<(), Outcome> {
+        if self.shard_loop.held.is_valid() { Ok(()) } else { Err(Outcome::LeaseLost) }
+    }
+
+    fn processed(&self, records: &Batch, took: Duration) {
+        let _ = self.shard_loop.reports.send(CallReport { processor: self.processor.hash().to_owned(), ok: true });
+        self.shard_loop.delivered.fetch_add(records.len() as u64, Ordering::Relaxed);
+        self.shard_loop.metrics.processed(records.len(), records.data.len(), took);
+    }
+
+    fn failed(&self, error: &CallError, step: &Step, blame: bool) {
+        let metrics = &self.shard_loop.metrics;
+        metrics.guest_error(error);
+        if blame {
+            let _ = self.shard_loop.reports.send(CallReport { processor: self.processor.hash().to_owned(), ok: false });
+        }
+        match step {
+            Step::Retry { bisected: true, .. } => metrics.failure_event("bisect"),
+            Step::Retry { .. } | Step::Partial { .. } => metrics.failure_event("retry"),
+            Step::GiveUp { .. } | Step::LeaseLost => return,
+        }
+        // A restart is logged where it happens, with the instance's end.
+        if !matches!(step, Step::Retry { restart: true, bisected: false, .. }) {
+            tracing::warn!(shard = %self.shard_loop.held.key(), processor = self.processor.describe(), "{error}; {step}");
+        }
+    }
+
+    fn gave_up(&self, records: usize, condition: Condition, kept: bool) {
+        let metrics = &self.shard_loop.metrics;
+        metrics.failure_events(if kept { "dead-letter" } else { "skipped" }, records);
+        let shard = self.shard_loop.held.key();
+        let whereto = if kept { "wrote them to --on-failure" } else { "SKIPPED them (no --on-failure target)" };
+        tracing::warn!(shard = %shard, processor = self.processor.describe(), "gave up on {records} records ({condition:?}) and {whereto}; the checkpoint moves past them");
+    }
+
+    fn retrying(&self, state: Option<Retrying>) {
+        self.shard_loop.metrics.retry_attempts(state.as_ref().map_or(0, |r| r.attempts));
+        self.shard_loop.retrying.set(self.shard_loop.held.key(), state);
+    }
+}
+
+/// Writes a guest's checkpoints to the lease table through the held lease.
+pub(super) struct LeaseSink<S> {
+    pub(super) held: Arc<HeldLease<S>>,
+    pub(super) metrics: ShardMetrics,
+    /// The last checkpoint written, for the consumer's re-delivery on a swap.
+    pub(super) checkpointed: Arc<StdMutex<Option<Position>>>,
+}
+
+impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
+    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+        Box::pin(async move {
+            let written = self.held.checkpoint(Checkpoint::At(position.clone()), &BTreeSet::new()).await;
+            self.metrics.checkpoint(written.is_ok());
+            if written.is_ok() {
+                *self.checkpointed.lock().expect("not poisoned") = Some(position);
+            }
+            written.map_err(|e| match e {
+                CheckpointFailure::LeaseLost => CheckpointError::LeaseLost,
+                CheckpointFailure::Unavailable(message) => CheckpointError::Unavailable(message),
+            })
+        })
+    }
+}
+

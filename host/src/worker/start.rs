@@ -1,0 +1,145 @@
+//! A worker's start: its tables, the deployed version, its first
+//! heartbeat, its shard loops' template, its upkeep tasks and its first
+//! lease pass.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::redelivery::Budget;
+use super::shards::{Balance, KinesisReaders, ShardLoops, Template};
+use super::upkeep::{check_unique, process_name, renew_every, sync_shards, Beat};
+use super::{Summary, Worker, WorkerError};
+use crate::admin::{self, Health};
+use crate::aws::AwsClients;
+use crate::config::WorkerConfig;
+use crate::failure::retrying::RetryBoard;
+use crate::failure::DeadLetters;
+use crate::fanout;
+use crate::lease::coordinator::Coordinator;
+use crate::lease::dynamo::DynamoStore;
+use crate::lease::heartbeat::HeartbeatTable;
+use crate::lease::watch::{self, FleetWatch};
+use crate::lease::LeaseStore;
+use crate::metrics::Metrics;
+use crate::output::Outputs;
+use crate::shard::{self, InitialPosition};
+use crate::swap::deploy::Deployed;
+use crate::swap::fleet::Follower;
+use crate::swap::rollout::Rollout;
+use crate::swap::store::ComponentStore;
+use crate::swap::Swapper;
+
+impl Worker {
+    /// Reads the control table (the deployed version, and whether another
+    /// live process uses this worker id), writes the first heartbeat,
+    /// syncs shards to leases and takes every lease it should at once.
+    pub(super) async fn start(config: WorkerConfig, clients: AwsClients, swapper: Arc<Swapper>) -> Result<Self, WorkerError> {
+        let started = Instant::now();
+        // Check the stream before touching DynamoDB: a typo in --stream must not create a table.
+        shard::list_shards(&clients.kinesis, &config.stream).await?;
+        let failover = config.take.failover_time;
+        let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application).with_renewal_timeout(failover));
+        let control = HeartbeatTable::new(clients.dynamodb.clone(), &config.application);
+        tokio::try_join!(store.ensure_table(), control.ensure())?;
+        let me = config.worker_id.clone();
+        let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
+        let read = control.read().await?;
+        // Before any shard starts: a restarted or new worker runs what the fleet was told to.
+        let follower = Follower::new(swapper.clone(), ComponentStore::new(clients.dynamodb.clone(), &config.application));
+        follower.start(Deployed::in_read(&read).as_ref()).await;
+        let process = process_name();
+        check_unique(&control, &me, &read, failover).await?;
+        // Others see this worker (and may give it leases) from its first beat on.
+        let retrying = Arc::new(RetryBoard::default());
+        let heartbeat = Beat {
+            control: control.clone(),
+            me: me.clone(),
+            process: process.clone(),
+            swapper: swapper.clone(),
+            cover: coordinator.cover(),
+            retrying: retrying.clone(),
+        };
+        heartbeat.once(true).await?;
+        let mut fleet = FleetWatch::new(&me, failover).with_fleet_reads(config.fleet_heartbeat_reads);
+        coordinator.follow_fleet(&mut fleet, &read.heartbeats, Instant::now());
+
+        let fan_out = fanout::subscriptions(config.retrieval, &clients.kinesis, &config.stream, &config.application).await?;
+        let metrics = Arc::new(Metrics::new(&config.stream, &me));
+        let health = Arc::new(Health::new(coordinator.liveness(), failover));
+        let outputs = Outputs::connect(&config.outputs, &clients, config.output_buffer_bytes, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
+        let dead_letters = DeadLetters::connect(&config.failure, &clients, &config.stream, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
+        if let Some(warning) = config.failure.drop_warning() {
+            tracing::warn!("{warning}");
+        }
+        let admin = admin::start(config.admin_listen, metrics.clone(), health.clone(), swapper.clone()).await.map_err(WorkerError::Refused)?;
+        let (ended_tx, ended) = mpsc::unbounded_channel();
+        let (reports_tx, reports) = mpsc::unbounded_channel();
+        let mut processor = swapper.subscribe();
+        let rollout = Rollout::new(processor.borrow_and_update().clone(), config.swap, metrics.clone());
+        let template = Template {
+            reader: Arc::new(KinesisReaders {
+                kinesis: clients.kinesis.clone(),
+                stream: config.stream.clone(),
+                fetch: config.fetch.clone(),
+                fan_out,
+            }),
+            stream: config.stream.clone(),
+            initial_timestamp_ms: match config.initial_position {
+                InitialPosition::AtTimestamp(ms) => Some(ms),
+                _ => None,
+            },
+            redelivery: Budget::new(config.swap.buffer_bytes),
+            metrics: metrics.clone(),
+            outputs,
+            failure: Arc::new(config.failure.clone()),
+            dead_letters,
+            retrying: retrying.clone(),
+        };
+        let shards = ShardLoops::new(template, rollout, ended_tx, reports_tx);
+
+        // The heartbeat and the renewals in tasks of their own: no take pass,
+        // shard sync or slow renewal delays them.
+        let (taken_over_tx, taken_over) = mpsc::channel(1);
+        let beats = heartbeat.every(failover / 3, watch::poll_interval(failover));
+        let heartbeats = tokio::spawn(
+            async move {
+                let _ = taken_over_tx.send(beats.await).await;
+            }
+            .in_current_span(),
+        );
+        let renewals = tokio::spawn(renew_every(coordinator.renewer(failover / 3), metrics.clone()).in_current_span());
+
+        let mut worker = Worker {
+            config,
+            clients,
+            started,
+            me,
+            process,
+            store,
+            control,
+            coordinator,
+            fleet,
+            swapper,
+            follower,
+            shards,
+            metrics,
+            health,
+            summary: Summary::default(),
+            balance: Balance::default(),
+            ended,
+            reports,
+            processor,
+            upkeep: [heartbeats, renewals],
+            admin,
+            taken_over,
+        };
+        let leases = worker.store.list().await?;
+        sync_shards(&worker.config, &worker.clients, &worker.store, &leases).await?;
+        worker.balance = worker.shards.apply(worker.coordinator.take_pass().await?);
+        tracing::info!(leases = worker.shards.len(), "first lease pass done in {:?}", started.elapsed());
+        Ok(worker)
+    }
+}
