@@ -132,15 +132,27 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<
 
 /// `POST /swap`: the body is the component (sent as `application/wasm`, or
 /// recognised by its bytes whatever its `content-type`) or a path on this host; `200` once it is
-/// offered to the shards, `422` with the reason when it is refused.
+/// offered to the shards, `422` with the reason when it is refused, `413`
+/// with the cap for a body over it — answered from `content-length` before
+/// any of the body is read, so the client hears it instead of a closed
+/// connection.
 async fn swap(request: Request<hyper::body::Incoming>, from_loopback: bool, swapper: &Swapper) -> Response<Full<Bytes>> {
     if !from_loopback {
         return reply(StatusCode::FORBIDDEN, "text/plain", "POST /swap is only accepted from this host\n".into());
     }
     let declared_wasm = request.headers().get("content-type").is_some_and(|t| t.as_bytes().starts_with(b"application/wasm"));
+    let too_large = || {
+        let cap = format!("the body is over the {} MiB a component may be; build a smaller one, or send its path instead\n", MAX_COMPONENT_BYTES >> 20);
+        reply(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", cap)
+    };
+    let declared_length = request.headers().get("content-length").and_then(|n| n.to_str().ok()?.parse::<u64>().ok());
+    if declared_length.is_some_and(|n| n > MAX_COMPONENT_BYTES as u64) {
+        return too_large();
+    }
     let body = match Limited::new(request.into_body(), MAX_COMPONENT_BYTES).collect().await {
         Ok(body) => body.to_bytes(),
-        Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", format!("cannot read the body: {e}\n")),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Err(e) => return reply(StatusCode::BAD_REQUEST, "text/plain", format!("cannot read the body: {e}\n")),
     };
     let result = match swap_body(&body, declared_wasm) {
         Ok(SwapBody::Component) => swapper.offer_bytes(&body, "POST /swap").await,

@@ -166,3 +166,17 @@ fn replay_applies_the_failure_policy_and_shows_what_would_be_dead_lettered() {
     assert_ne!(code, 0, "{stdout}");
     assert!(stderr.contains("process-records (batch 1, records 1..=6) failed after 0 records: processor trapped"), "{stderr}");
 }
+
+/// Replay is for trying a processor without AWS: a target it sends to that
+/// nobody declared is printed, as `kcl-host init`'s project sends to
+/// `events` without the README's `--output`.
+#[test]
+fn replay_prints_what_is_sent_to_a_target_nobody_declared() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("records.jsonl");
+    std::fs::write(&input, ["a", "b"].map(|d| serde_json::json!({ "data": d }).to_string()).join("\n")).unwrap();
+    let (code, stdout, stderr) = replay_file("forward", input.to_str().unwrap(), &[]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let printed: Vec<&str> = stdout.lines().filter(|l| l.starts_with("out {")).collect();
+    assert_eq!(printed.len(), 2, "each record printed under the name it was sent to: {stdout}");
+}

@@ -352,6 +352,10 @@ async fn post_swap_knows_a_component_by_its_bytes_and_quotes_little_of_a_bad_bod
         assert!(body.len() < 400, "the answer quotes little of the body: {} bytes", body.len());
         assert!(body.contains("neither a component"), "{body}");
     }
+    // A body over the cap is refused from its length, before it is sent (as curl waits on `Expect: 100-continue`).
+    let over_cap = over_cap_answer(&admin).await;
+    assert!(over_cap.starts_with("HTTP/1.1 413"), "{over_cap}");
+    assert!(over_cap.contains("over the 256 MiB"), "the answer names the cap: {over_cap}");
     // What `curl --data-binary @v2.wasm` sends: the component, as a form.
     let (status, body) = http(&admin, "POST", "/swap", "application/x-www-form-urlencoded", &read_guest("tagged")).await;
     assert!(status.contains("200"), "{status}: {body}");
@@ -359,4 +363,15 @@ async fn post_swap_knows_a_component_by_its_bytes_and_quotes_little_of_a_bad_bod
     let (status, log) = host.interrupt().await;
     assert!(status.success());
     assert!(log.iter().all(|l| l.len() < 2000), "no log line quotes a body");
+}
+
+/// The answer to a `POST /swap` announcing a 300 MiB body, none of it sent.
+async fn over_cap_answer(admin: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(admin).await.expect("the admin listener accepts");
+    let head = format!("POST /swap HTTP/1.1\r\nHost: {admin}\r\nContent-Type: application/wasm\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n", 300u64 << 20);
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 4096];
+    let read = tokio::time::timeout(LIMIT, stream.read(&mut answer)).await.expect("an answer before any of the body");
+    String::from_utf8_lossy(&answer[..read.unwrap()]).into_owned()
 }

@@ -23,7 +23,7 @@ pub struct RuntimeArgs {
     /// Compile the component on every start instead of caching it.
     #[arg(long)]
     pub no_cache: bool,
-    /// An output target processors send to by NAME: kinesis:STREAM, dynamodb:TABLE, http(s)://URL, stdout or file:PATH (repeatable). `replay` prints what is sent instead (a file target writes its file).
+    /// An output target processors send to by NAME: kinesis:STREAM, dynamodb:TABLE, http(s)://URL, stdout or file:PATH (repeatable). `replay` prints what is sent instead, undeclared names too (a file target writes its file).
     #[arg(long = "output", value_name = "NAME=URI", value_parser = key_value, env = "KCL_HOST_OUTPUTS", value_delimiter = ',')]
     pub outputs: Vec<(String, String)>,
     /// Output bytes all shards may queue, together, before a send waits for them to be written [default: 64].

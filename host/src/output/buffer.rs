@@ -82,7 +82,7 @@ impl ShardOutputs {
     async fn write_queued(&mut self) -> Result<(), String> {
         let mut errors = Vec::new();
         for (name, sends) in std::mem::take(&mut self.queued) {
-            let declared = &self.outputs.targets[&name];
+            let declared = self.outputs.target(&name).expect("only a known target is queued");
             match declared.write(&records(&sends)).await {
                 Ok(()) => self.release(sends.iter().map(size).sum()),
                 Err(e) => {
@@ -109,9 +109,7 @@ impl ShardOutputs {
 impl OutputSink for ShardOutputs {
     fn send(&mut self, target: String, records: OutputRecords) -> OutputFuture<'_, Result<(), SendError>> {
         Box::pin(async move {
-            let Some(declared) = self.outputs.targets.get(&target).cloned() else {
-                return Err(SendError::UnknownTarget(self.outputs.unknown(&target)));
-            };
+            let declared = self.outputs.target(&target).map_err(SendError::UnknownTarget)?;
             Self::check(&records, &declared)?;
             let bytes = size(&records);
             let units = bytes.div_ceil(UNIT).max(1);

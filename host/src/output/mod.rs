@@ -64,7 +64,10 @@ impl Declared {
 
 /// A worker's declared outputs and the byte budget their queues share.
 pub struct Outputs {
-    targets: BTreeMap<String, Arc<Declared>>,
+    targets: std::sync::Mutex<BTreeMap<String, Arc<Declared>>>,
+    /// `replay`: a send to a name nobody declared is printed on stdout, as
+    /// a declared target's would be, rather than refused.
+    print_undeclared: bool,
     budget: Arc<Semaphore>,
     /// The budget, in [`buffer::UNIT`]s.
     budget_units: usize,
@@ -96,7 +99,8 @@ impl Outputs {
     }
 
     /// For `replay`: no AWS and no network. A file target writes its file;
-    /// every other target prints its records on stdout as `NAME {json}`.
+    /// every other target, and any name the processor sends to that was not
+    /// declared, prints its records on stdout as `NAME {json}`.
     pub fn printed(specs: &[OutputSpec], buffer_bytes: usize) -> Arc<Self> {
         let targets = specs
             .iter()
@@ -108,7 +112,8 @@ impl Outputs {
                 (spec.name.clone(), target)
             })
             .collect();
-        Self::new(targets, buffer_bytes, None)
+        let outputs = Self::new(targets, buffer_bytes, None);
+        Arc::new(Self { print_undeclared: true, ..Arc::into_inner(outputs).expect("not shared yet") })
     }
 
     /// For a swap's canary input: every declared name is taken, nothing is written.
@@ -126,7 +131,8 @@ impl Outputs {
                 (name, Arc::new(declared))
             })
             .collect();
-        Arc::new(Self { targets, budget: Arc::new(Semaphore::new(budget_units)), budget_units, metrics })
+        let targets = std::sync::Mutex::new(targets);
+        Arc::new(Self { targets, print_undeclared: false, budget: Arc::new(Semaphore::new(budget_units)), budget_units, metrics })
     }
 
     /// A queue for one shard's instance.
@@ -137,28 +143,34 @@ impl Outputs {
     /// Writes `records` to target `name` now, bypassing the queues (each
     /// record checked first): retried within the target's patience.
     pub async fn write_now(&self, name: &str, records: &[OutRecord<'_>]) -> Result<(), String> {
-        let declared = self.targets.get(name).ok_or_else(|| self.unknown(name))?;
-        declared.write(records).await
+        self.target(name)?.write(records).await
     }
 
     /// Why target `name` cannot take `record`, if it cannot.
     pub fn check(&self, name: &str, record: &OutRecord<'_>) -> Result<(), String> {
-        let declared = self.targets.get(name).ok_or_else(|| self.unknown(name))?;
-        declared.target.check(record)
+        self.target(name)?.target.check(record)
     }
 
     /// Records acknowledged so far, per target.
     pub fn written(&self) -> BTreeMap<String, u64> {
-        self.targets.iter().map(|(name, d)| (name.clone(), d.written.load(Ordering::Relaxed))).collect()
+        let targets = self.targets.lock().expect("not poisoned");
+        targets.iter().map(|(name, d)| (name.clone(), d.written.load(Ordering::Relaxed))).collect()
     }
 
-    /// The message for a send to an undeclared target.
-    fn unknown(&self, target: &str) -> String {
-        if self.targets.is_empty() {
-            return format!("no output target `{target}`: no outputs are declared; declare it with --output {target}=URI");
+    /// Target `name`; the error, for a name nobody declared, says how to
+    /// declare it (in `replay`, such a name prints to stdout instead).
+    pub(crate) fn target(&self, name: &str) -> Result<Arc<Declared>, String> {
+        let mut targets = self.targets.lock().expect("not poisoned");
+        if let Some(declared) = targets.get(name) {
+            return Ok(declared.clone());
         }
-        let declared: Vec<&str> = self.targets.keys().map(String::as_str).collect();
-        format!("no output target `{target}`; the declared ones are {}; declare more with --output NAME=URI", declared.join(", "))
+        if !self.print_undeclared {
+            return Err(unknown(&targets, name));
+        }
+        let printed = file::Lines::Stdout { name: name.to_owned() };
+        let declared = Arc::new(Declared { name: name.to_owned(), target: Box::new(printed), written: AtomicU64::new(0), metrics: None });
+        targets.insert(name.to_owned(), declared.clone());
+        Ok(declared)
     }
 
     fn buffer_changed(&self) {
@@ -167,3 +179,13 @@ impl Outputs {
         }
     }
 }
+
+/// The message for a send to a target nobody declared, among `declared`.
+fn unknown(declared: &BTreeMap<String, Arc<Declared>>, target: &str) -> String {
+    if declared.is_empty() {
+        return format!("no output target `{target}`: no outputs are declared; declare it with --output {target}=URI");
+    }
+    let names: Vec<&str> = declared.keys().map(String::as_str).collect();
+    format!("no output target `{target}`; the declared ones are {}; declare more with --output NAME=URI", names.join(", "))
+}
+
