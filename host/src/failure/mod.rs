@@ -7,8 +7,9 @@
 //!
 //! One file per role: [`policy`] (the per-shard state: which records are
 //! failing, how often, what to do next), [`dead_letter`] (the envelope and
-//! where it goes) and [`mod@deliver`] (a batch delivered under the policy, used
-//! by `kcl-host run` and `kcl-host replay` alike).
+//! where it goes), [`mod@deliver`] (a batch delivered under the policy, used
+//! by `kcl-host run` and `kcl-host replay` alike) and [`retrying`] (what a
+//! worker's heartbeat row reports of its shards retrying).
 //!
 //! What counts as a failure: an error the processor returns (`retryable`,
 //! `fatal`, `failed-at`), a trap, the call deadline, the memory cap. What

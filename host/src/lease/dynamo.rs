@@ -1,5 +1,5 @@
 //! The lease table in DynamoDB, in the Java KCL 2.x format (see
-//! [`super::row`]) so tables made by Java KCL (and the tools around it)
+//! `lease/row.rs`) so tables made by Java KCL (and the tools around it)
 //! keep working. Rows are only ever changed with `UpdateItem` on named
 //! attributes, so attributes this code does not know survive every write.
 

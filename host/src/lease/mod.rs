@@ -6,6 +6,8 @@
 //! This module knows nothing of WebAssembly. Its rules ([`rules`]) are pure
 //! functions of the table's contents and a clock, tested against an
 //! in-memory table; [`coordinator`] applies them through a [`LeaseStore`].
+//! The fleet's liveness is here too: the workers' [`heartbeat`] rows in the
+//! control table, and the [`watch`] that judges them.
 
 pub mod coordinator;
 pub mod dynamo;

@@ -19,7 +19,7 @@ pub struct View<'a> {
     pub releasing: &'a HashSet<LeaseKey>,
     /// The live and dead workers.
     pub fleet: &'a Fleet,
-    /// Live Java KCL 3.x workers ([`live_kcl3_workers`]): they get their
+    /// Live Java KCL 3.x workers ([`super::live_kcl3_workers`]): they get their
     /// share from their leader, out of the leases kcl-host gives back.
     pub kcl3_workers: &'a BTreeSet<String>,
     /// When each lease was last seen to change.
@@ -28,7 +28,7 @@ pub struct View<'a> {
     pub now: Instant,
     /// Take every free or expired lease, whatever the target: a watcher
     /// covering a worker that died or stopped while the others read the
-    /// fleet seldom ([`super::watch::FleetWatch::covers_departures`]).
+    /// fleet seldom ([`crate::lease::watch::FleetWatch::covers_departures`]).
     pub cover: bool,
 }
 
