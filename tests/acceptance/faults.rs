@@ -103,6 +103,8 @@ async fn after_a_dynamodb_outage_every_shard_is_processing_again_at_once() {
     // leases are gone, and a lease pass found it so; /healthz says so.
     proxy.set(vec![Rule::every(None, Fault::Fail(500, "InternalFailure"))]);
     host.wait_for("the leases lost", LIMIT, |log| count_lines(log, "lease lost") >= 2).await;
+    // Each processor hears why it stops (its checkpoints refused), as the contract says.
+    host.wait_for("shutdown(lease-lost) in both processors", LIMIT, |log| count_lines(log, "records: LeaseLost") >= 2).await;
     host.wait_for("a pass that takes nothing", LIMIT, |log| count_lines(log, "taking no leases: this worker's heartbeat is overdue") >= 1).await;
     let (status, body) = http_get(&admin, "/healthz").await;
     assert!(status.contains("503"), "{status}: {body}");
@@ -158,6 +160,8 @@ async fn lost_answers_keep_the_leases_and_a_silent_dynamodb_is_left_behind_at_on
     // must not hold the heartbeat back once DynamoDB answers again.
     proxy.set(vec![Rule::every(None, Fault::BlackHole)]);
     host.wait_for("the leases lost", LIMIT, |log| count_lines(log, "lease lost") >= 2).await;
+    // Each processor hears why it stops (its checkpoints refused), as the contract says.
+    host.wait_for("shutdown(lease-lost) in both processors", LIMIT, |log| count_lines(log, "records: LeaseLost") >= 2).await;
     host.wait_for("a pass that takes nothing", LIMIT, |log| count_lines(log, "taking no leases: this worker's heartbeat is overdue") >= 1).await;
     all.extend(one_each(&stream, &shards, "during-silence").await);
     // DynamoDB answers again just after a heartbeat write went out into the silence (no lease is left to renew).

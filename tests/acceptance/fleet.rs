@@ -50,7 +50,7 @@ impl Pair {
 }
 
 /// How many leases each worker owns ("" for none).
-async fn owners(aws: &AwsClients, application: &str) -> BTreeMap<String, usize> {
+pub(super) async fn owners(aws: &AwsClients, application: &str) -> BTreeMap<String, usize> {
     let mut owners = BTreeMap::new();
     for lease in leases(&aws.dynamodb, application).await {
         *owners.entry(lease.owner.unwrap_or_default()).or_default() += 1;

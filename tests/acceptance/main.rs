@@ -16,6 +16,7 @@ use kcl_testkit::{clients, leases, test_cache_dir, unique, write_leases, TestStr
 mod failures;
 mod faults;
 mod fleet;
+mod handover;
 mod lifecycle;
 mod operator;
 mod outputs;

@@ -144,14 +144,17 @@ impl DynamoStore {
 }
 
 /// `set` (a `SET` clause) and `remove` (attributes to drop), recording the
-/// writer's heartbeat counter too, or dropping a counter left by an earlier
-/// owner when it keeps none.
-fn with_heartbeat(update: UpdateItemFluentBuilder, set: &str, remove: &[&str], heartbeat: Option<u64>) -> (UpdateItemFluentBuilder, String) {
+/// heartbeat counter of `writer` (the owner) too, with its worker id, or
+/// dropping a counter left by an earlier owner when it keeps none.
+fn with_heartbeat(update: UpdateItemFluentBuilder, set: &str, remove: &[&str], heartbeat: Option<u64>, writer: &str) -> (UpdateItemFluentBuilder, String) {
     let mut remove = remove.to_vec();
     let (update, set) = match heartbeat {
-        Some(counter) => (update.expression_attribute_values(":heartbeat", number(counter)), format!("{set}, ownerHeartbeat = :heartbeat")),
+        Some(counter) => (
+            update.expression_attribute_values(":heartbeat", number(counter)).expression_attribute_values(":writer", AttributeValue::S(writer.to_owned())),
+            format!("{set}, ownerHeartbeat = :heartbeat, ownerHeartbeatWorker = :writer"),
+        ),
         None => {
-            remove.push("ownerHeartbeat");
+            remove.extend(["ownerHeartbeat", "ownerHeartbeatWorker"]);
             (update, set.to_owned())
         }
     };
@@ -230,6 +233,7 @@ impl LeaseStore for DynamoStore {
             // 3.x clears it on every take too.
             &["checkpointOwner"],
             heartbeat,
+            owner,
         );
         let update = update
             .update_expression(expression)
@@ -240,7 +244,8 @@ impl LeaseStore for DynamoStore {
     }
 
     async fn renew(&self, lease: &Lease, heartbeat: Option<u64>) -> Result<Option<Lease>, LeaseError> {
-        let (update, expression) = with_heartbeat(self.conditional_update(lease, true), "SET leaseCounter = :next", &[], heartbeat);
+        let owner = lease.owner.as_deref().unwrap_or_default();
+        let (update, expression) = with_heartbeat(self.conditional_update(lease, true), "SET leaseCounter = :next", &[], heartbeat, owner);
         let update = update.update_expression(expression);
         self.send_update_within("UpdateItem (renew lease)", lease, update, |row| row.owner == lease.owner, self.renewal_timeout).await
     }

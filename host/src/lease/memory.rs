@@ -101,12 +101,16 @@ impl LeaseStore for MemoryStore {
             }
             row.owner = Some(owner.to_owned());
             row.owner_heartbeat = heartbeat;
+            row.owner_heartbeat_worker = heartbeat.map(|_| owner.to_owned());
         }))
     }
 
     async fn renew(&self, lease: &Lease, heartbeat: Option<u64>) -> Result<Option<Lease>, LeaseError> {
         self.count("renew");
-        Ok(self.update(lease, true, |row| row.owner_heartbeat = heartbeat))
+        Ok(self.update(lease, true, |row| {
+            row.owner_heartbeat = heartbeat;
+            row.owner_heartbeat_worker = heartbeat.and(row.owner.clone());
+        }))
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>) -> Result<Option<Lease>, LeaseError> {

@@ -124,6 +124,11 @@ pub struct Lease {
     /// this high or higher has stopped; one that wrote a higher counter beat
     /// again after the judgment, so its lease is not taken on it.
     pub owner_heartbeat: Option<u64>,
+    /// The worker whose heartbeat `owner_heartbeat` is
+    /// (`ownerHeartbeatWorker`; kcl-host's own): while it names the owner,
+    /// the owner is a kcl-host worker, whether or not its heartbeat row has
+    /// been read (Java KCL's writes change the owner and leave this).
+    pub owner_heartbeat_worker: Option<String>,
     /// The shard's hash key range (`hashKeyRange`), for KPL aggregates across a reshard.
     pub starting_hash_key: Option<String>,
     /// The end of that range.
@@ -142,6 +147,7 @@ impl Lease {
             parents,
             children: BTreeSet::new(),
             owner_heartbeat: None,
+            owner_heartbeat_worker: None,
             starting_hash_key: None,
             ending_hash_key: None,
         }
@@ -150,6 +156,12 @@ impl Lease {
     /// Whether the shard was processed to its end.
     pub fn is_finished(&self) -> bool {
         self.checkpoint == Checkpoint::ShardEnd
+    }
+
+    /// Whether its owner is a kcl-host worker, as the row itself shows: the
+    /// owner recorded its own heartbeat counter when it took or renewed it.
+    pub fn is_owned_by_kcl_host(&self) -> bool {
+        self.owner.is_some() && self.owner_heartbeat_worker == self.owner
     }
 
     /// Whether `worker` holds it.

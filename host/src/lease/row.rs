@@ -13,6 +13,7 @@
 //! | `childShardIds` | SS | written with `SHARD_END` |
 //! | `startingHashKey`, `endingHashKey` | S | the shard's hash range |
 //! | `ownerHeartbeat` | N | kcl-host's: the owner's heartbeat counter at its last take or renewal (see [`Lease::owner_heartbeat`]) |
+//! | `ownerHeartbeatWorker` | S | kcl-host's: whose counter that is; while it names the owner, the owner is a kcl-host worker (see [`Lease::owner_heartbeat_worker`]) |
 
 use std::collections::BTreeSet;
 
@@ -58,6 +59,7 @@ pub fn parse(item: &Item) -> Result<Lease, String> {
         parents: set("parentShardId")?,
         children: set("childShardIds")?,
         owner_heartbeat: number("ownerHeartbeat")?,
+        owner_heartbeat_worker: string("ownerHeartbeatWorker")?,
         starting_hash_key: string("startingHashKey")?,
         ending_hash_key: string("endingHashKey")?,
     })

@@ -138,7 +138,7 @@ impl Fleet {
             let mut changed = false;
             if member.next_read <= now {
                 self.beat_reads += 1;
-                changed = member.coordinator.follow_fleet(&mut member.watch, &beats, now).is_change();
+                changed = member.coordinator.follow_fleet(&mut member.watch, &beats, now, now).is_change();
                 member.next_read = member.watch.next_read(now);
             }
             let expiring = member.coordinator.expiry_due().is_some_and(|due| due <= now);

@@ -259,7 +259,7 @@ impl Sim {
             let now = tokio::time::Instant::now();
             let mut fleet_changed = false;
             if let Some(watch) = worker.watch.as_mut().filter(|_| worker.next_read <= now) {
-                fleet_changed = worker.coordinator.follow_fleet(watch, &beats, now).is_change();
+                fleet_changed = worker.coordinator.follow_fleet(watch, &beats, now, now).is_change();
                 worker.next_read = watch.next_read(now);
             }
             if fleet_changed || beat_tick {

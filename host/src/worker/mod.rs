@@ -232,6 +232,7 @@ impl Worker {
         // Bounded: a read hung in an outage must not hold the loop once
         // DynamoDB is back, and one that slow may show a beat long gone.
         let deadline = watch::read_deadline(failover);
+        let sent = Instant::now();
         let read = match tokio::time::timeout(deadline, self.control.read()).await {
             Ok(Ok(read)) => read,
             Ok(Err(e)) => {
@@ -246,7 +247,7 @@ impl Worker {
         // Liveness is judged on the clock of the read, never a later one.
         let read_at = Instant::now();
         self.follower.read(Deployed::in_read(&read));
-        let change = self.coordinator.follow_fleet(&mut self.fleet, &read.heartbeats, read_at);
+        let change = self.coordinator.follow_fleet(&mut self.fleet, &read.heartbeats, sent, read_at);
         if change.is_change() {
             let now = self.fleet.fleet();
             tracing::info!(live = ?now.live, dead = ?now.dead, "the fleet changed");
@@ -276,7 +277,8 @@ impl Worker {
             Outcome::Stopped => {
                 // Only a loop given back to balance stops while the worker runs.
                 match self.coordinator.evict(&key).await {
-                    Ok(()) => tracing::info!(shard = %key, "gave the lease back"),
+                    Ok(true) => tracing::info!(shard = %key, "gave the lease back"),
+                    Ok(false) => tracing::warn!(shard = %key, "did not give the lease back: another worker had taken it already"),
                     Err(e) => tracing::warn!(shard = %key, "could not give the lease back (it will expire): {e}"),
                 }
                 Ok(None)

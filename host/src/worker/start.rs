@@ -46,6 +46,7 @@ impl Worker {
         tokio::try_join!(store.ensure_table(), control.ensure())?;
         let me = config.worker_id.clone();
         let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
+        let read_sent = Instant::now();
         let read = control.read().await?;
         // Before any shard starts: a restarted or new worker runs what the fleet was told to.
         let follower = Follower::new(swapper.clone(), ComponentStore::new(clients.dynamodb.clone(), &config.application));
@@ -64,7 +65,7 @@ impl Worker {
         };
         heartbeat.once(true).await?;
         let mut fleet = FleetWatch::new(&me, failover).with_fleet_reads(config.fleet_heartbeat_reads);
-        coordinator.follow_fleet(&mut fleet, &read.heartbeats, Instant::now());
+        coordinator.follow_fleet(&mut fleet, &read.heartbeats, read_sent, Instant::now());
 
         let fan_out = fanout::subscriptions(config.retrieval, &clients.kinesis, &config.stream, &config.application).await?;
         let metrics = Arc::new(Metrics::new(&config.stream, &me));

@@ -30,6 +30,8 @@ pub struct Coordinator<S> {
     /// Held leases being given back to balance the fleet.
     releasing: HashSet<LeaseKey>,
     fleet: Fleet,
+    /// When the heartbeat read that showed `fleet` was sent.
+    fleet_read_sent: Option<Instant>,
     /// Live Java KCL 3.x workers, as the last pass read their metrics rows.
     kcl3_workers: BTreeSet<String>,
     liveness: Arc<Liveness>,
@@ -56,6 +58,7 @@ impl<S: LeaseStore> Coordinator<S> {
             held: HeldMap::default(),
             releasing: HashSet::new(),
             fleet: Fleet::default(),
+            fleet_read_sent: None,
             kcl3_workers: BTreeSet::new(),
             liveness: Arc::new(Liveness::new(settings.failover_time)),
             leases: Vec::new(),
@@ -75,11 +78,13 @@ impl<S: LeaseStore> Coordinator<S> {
         self.cover = true;
     }
 
-    /// Notes a fresh heartbeat read in `watch` and takes what this
-    /// coordinator needs of it: the fleet, and whether its next pass covers
-    /// a worker that died or stopped ([`FleetWatch::covers_departures`]).
-    pub fn follow_fleet(&mut self, watch: &mut FleetWatch, heartbeats: &[Heartbeat], now: Instant) -> FleetChange {
+    /// Notes a fresh heartbeat read in `watch` — sent at `sent`, its answer
+    /// in at `now` — and takes what this coordinator needs of it: the
+    /// fleet, when it was read, and whether its next pass covers a worker
+    /// that died or stopped ([`FleetWatch::covers_departures`]).
+    pub fn follow_fleet(&mut self, watch: &mut FleetWatch, heartbeats: &[Heartbeat], sent: Instant, now: Instant) -> FleetChange {
         let change = watch.observe(heartbeats, now);
+        self.fleet_read_sent = Some(sent);
         if change.is_change() {
             self.set_fleet(watch.fleet().clone());
         }
@@ -94,7 +99,17 @@ impl<S: LeaseStore> Coordinator<S> {
     }
 
     fn view<'a>(&'a self, held: &'a HashSet<LeaseKey>, now: Instant) -> View<'a> {
-        View { me: &self.worker_id, held, releasing: &self.releasing, fleet: &self.fleet, kcl3_workers: &self.kcl3_workers, tracker: &self.tracker, now, cover: false }
+        View {
+            me: &self.worker_id,
+            held,
+            releasing: &self.releasing,
+            fleet: &self.fleet,
+            kcl3_workers: &self.kcl3_workers,
+            tracker: &self.tracker,
+            now,
+            cover: false,
+            fleet_read_sent: self.fleet_read_sent,
+        }
     }
 
     /// The keys of the held leases. A lease on its way back that was lost
@@ -186,16 +201,16 @@ impl<S: LeaseStore> Coordinator<S> {
         }
     }
 
-    /// Gives one lease back (owner cleared) so other workers take it in their next pass.
-    pub async fn evict(&mut self, key: &str) -> Result<(), LeaseError> {
+    /// Gives one lease back (owner cleared) so other workers take it in
+    /// their next pass: `false` when it was not held, or another worker had
+    /// taken it already (the write is conditional on the counter).
+    pub async fn evict(&mut self, key: &str) -> Result<bool, LeaseError> {
         self.releasing.remove(key);
         let removed = lock(&self.held).remove(key);
-        if let Some(held) = removed {
-            held.mark_lost();
-            let lease = held.lease.lock().await;
-            self.store.evict(&lease).await?;
-        }
-        Ok(())
+        let Some(held) = removed else { return Ok(false) };
+        held.mark_lost();
+        let lease = held.lease.lock().await;
+        self.store.evict(&lease).await
     }
 }
 

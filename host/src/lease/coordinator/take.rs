@@ -121,11 +121,17 @@ impl<S: LeaseStore> Coordinator<S> {
     }
 
     /// Heartbeat mode while the operator allows it and every lease's owner
-    /// is a kcl-host worker (a heartbeat row, live or dead): a Java KCL
+    /// is a kcl-host worker (a heartbeat row, live or dead, or a lease row
+    /// that says so): a Java KCL
     /// worker judges a lease by its counter, so once one owns a lease (or
     /// 3.x rows show a 3.x fleet) every lease is renewed on its own again.
     fn choose_renewal(&mut self, scan: &LeaseScan) {
-        let foreign = scan.leases.iter().filter_map(|l| l.owner.as_deref()).find(|o| *o != self.worker_id && !self.fleet.live.contains(*o) && !self.fleet.dead.contains_key(*o));
+        let foreign = scan
+            .leases
+            .iter()
+            .filter(|l| !l.is_owned_by_kcl_host())
+            .filter_map(|l| l.owner.as_deref())
+            .find(|o| *o != self.worker_id && !self.fleet.live.contains(*o) && !self.fleet.dead.contains_key(*o));
         let on = self.settings.heartbeat_leases && self.liveness.keeps_heartbeat() && foreign.is_none() && scan.kcl3_rows == 0;
         if self.liveness.set_heartbeat_leases(on) {
             match (on, foreign) {

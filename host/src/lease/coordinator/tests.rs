@@ -206,10 +206,21 @@ async fn eviction_lets_another_worker_take_the_lease_at_once() {
     let store = table(&["s0"]).await;
     let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
     let held = a.take_pass().await.unwrap().taken.pop().unwrap();
-    a.evict("s0").await.unwrap();
+    assert!(a.evict("s0").await.unwrap(), "given back");
     assert!(!held.is_valid());
     let mut b = Coordinator::new(store.clone(), "b", TakeSettings::default());
     assert_eq!(b.take_pass().await.unwrap().taken.len(), 1);
+}
+
+#[tokio::test]
+async fn a_lease_another_worker_took_first_is_not_reported_as_given_back() {
+    let store = table(&["s0"]).await;
+    let mut a = Coordinator::new(store.clone(), "a", TakeSettings::default());
+    a.take_pass().await.unwrap();
+    let row = store.list().await.unwrap().pop().unwrap();
+    store.take(&row, "b", None).await.unwrap().expect("b takes it");
+    assert!(!a.evict("s0").await.unwrap(), "the conditional give-back found b's take");
+    assert_eq!(store.list().await.unwrap()[0].owner.as_deref(), Some("b"), "b keeps it");
 }
 
 #[tokio::test]

@@ -30,6 +30,11 @@ pub struct View<'a> {
     /// covering a worker that died or stopped while the others read the
     /// fleet seldom ([`crate::lease::watch::FleetWatch::covers_departures`]).
     pub cover: bool,
+    /// When the heartbeat read that showed `fleet` was sent. A kcl-host
+    /// worker's row missing from it says the worker left only for leases
+    /// this worker saw it hold before then. `None` for a worker that reads
+    /// no heartbeats: it judges every owner by its counter, as Java KCL does.
+    pub fleet_read_sent: Option<Instant>,
 }
 
 /// The ready leases sorted by who may have them.
@@ -45,6 +50,9 @@ pub(super) struct Census<'a> {
     pub others: BTreeMap<&'a str, Vec<&'a Lease>>,
     /// Other live workers: owners of unexpired leases and heartbeating kcl-host workers.
     pub workers: BTreeSet<&'a str>,
+    /// Other owners known to be kcl-host workers (by their heartbeat row, or
+    /// by a lease row): they give leases back themselves, so none is stolen.
+    pub kcl_host: BTreeSet<&'a str>,
     pub target: usize,
 }
 
@@ -61,6 +69,7 @@ impl<'a> Census<'a> {
             others: BTreeMap::new(),
             workers: view.fleet.live.iter().chain(view.kcl3_workers).map(String::as_str).filter(|w| *w != view.me).collect(),
             target: 0,
+            kcl_host: BTreeSet::new(),
         };
         for lease in leases.iter().filter(|l| is_ready(l, &by_key)) {
             census.ready += 1;
@@ -73,17 +82,15 @@ impl<'a> Census<'a> {
                 census.leftover.push(lease);
             } else if owner.is_none() {
                 census.free.push(lease);
-            } else if owner.and_then(|o| view.fleet.dead.get(o)).is_some_and(|dead| lease.owner_heartbeat.is_none_or(|h| h <= *dead))
-                // A kcl-host worker's lease never expires by its counter: its
-                // heartbeat may be what renews it.
-                || (owner.is_some_and(|o| !view.fleet.live.contains(o) && !view.fleet.dead.contains_key(o))
-                    && view.tracker.is_expired(lease, view.now, settings.failover_time))
-            {
+            } else if owner.is_some_and(|o| is_expired(lease, o, view, settings)) {
                 census.expired.push(lease);
             } else {
                 let owner = owner.expect("owned");
                 census.others.entry(owner).or_default().push(lease);
                 census.workers.insert(owner);
+                if view.fleet.live.contains(owner) || lease.is_owned_by_kcl_host() {
+                    census.kcl_host.insert(owner);
+                }
             }
         }
         census.target = target(census.ready, census.workers.len() + 1, settings.max_leases);
@@ -91,3 +98,31 @@ impl<'a> Census<'a> {
     }
 }
 
+/// Whether `owner`'s `lease` may be taken without stealing.
+fn is_expired(lease: &Lease, owner: &str, view: &View<'_>, settings: &TakeSettings) -> bool {
+    if let Some(dead) = view.fleet.dead.get(owner) {
+        // Judged dead on its heartbeat, unless the row records a later beat.
+        return lease.owner_heartbeat.is_none_or(|h| h <= *dead);
+    }
+    if view.fleet.live.contains(owner) {
+        // A live kcl-host worker's lease never expires by its counter: its
+        // heartbeat may be what renews it.
+        return false;
+    }
+    let stale = view.tracker.is_expired(lease, view.now, settings.failover_time);
+    if !lease.is_owned_by_kcl_host() {
+        // Java KCL: the counter is the renewal.
+        return stale;
+    }
+    // A kcl-host worker whose heartbeat row this worker has not read (it
+    // joined after the last read, or the reads fail): in heartbeat mode its
+    // counter stands still, so that is no sign of death. A worker writes its
+    // row before it takes a lease, so only a read sent after this counter
+    // was first seen, without the row, shows it left (stopped, or dead and
+    // forgotten).
+    let seen = view.tracker.first_seen(&lease.key, lease.counter);
+    match view.fleet_read_sent {
+        Some(read) => stale && seen.is_some_and(|seen| seen < read),
+        None => stale,
+    }
+}

@@ -6,7 +6,10 @@
 //!   stopped for the failover time ([`Fleet::dead`]), or whose counter has
 //!   not changed for the failover time, on this worker's clock
 //!   ([`ExpiryTracker`]; the only rule for owners without a heartbeat, such
-//!   as Java KCL workers).
+//!   as Java KCL workers). A kcl-host owner whose heartbeat row was not read
+//!   (its lease row names it: [`Lease::is_owned_by_kcl_host`]) is no Java
+//!   worker: its counter expires the lease only once a heartbeat read sent
+//!   after that counter was first seen shows no row for it.
 //! - **Target**: ceil(ready leases / live workers), capped by max leases.
 //!   Live workers are the owners of unexpired leases, every kcl-host
 //!   worker with a heartbeat and every Java KCL 3.x worker with a recent
@@ -18,8 +21,8 @@
 //! - **Releasing**: a kcl-host worker above the target gives back what the
 //!   workers below it cannot get from free leases ([`plan_release`]); the
 //!   lease goes after a checkpoint, with no overlap and no failover wait.
-//! - **Stealing**: only from owners without a heartbeat (they do not
-//!   release), only when nothing is free, only from a worker above the
+//! - **Stealing**: only from owners that are not kcl-host workers, by
+//!   heartbeat row or lease row (they do not release), only when nothing is free, only from a worker above the
 //!   target (or at it, when this worker is short by more than one), at most
 //!   `max_leases_to_steal` at a time: once balanced, nothing moves.
 
@@ -85,7 +88,12 @@ impl ExpiryTracker {
     /// When `key` goes stale if its counter stays at `counter`: one failover
     /// time after this worker first saw that value.
     pub fn stale_at(&self, key: &str, counter: u64, failover_time: Duration) -> Option<Instant> {
-        self.seen.get(key).filter(|(seen, _)| *seen == counter).map(|(_, since)| *since + failover_time)
+        self.first_seen(key, counter).map(|since| since + failover_time)
+    }
+
+    /// When this worker first saw `key` at `counter`, if it is still there.
+    pub fn first_seen(&self, key: &str, counter: u64) -> Option<Instant> {
+        self.seen.get(key).filter(|(seen, _)| *seen == counter).map(|(_, since)| *since)
     }
 
     /// Whether `key`'s counter has stayed at `counter` for `failover_time`.

@@ -19,7 +19,7 @@ pub struct TakePlan {
 
 /// Decides which leases this worker should take in this pass.
 pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng: &mut fastrand::Rng) -> TakePlan {
-    let Census { leftover, mut expired, mut free, others, mine, target, .. } = Census::new(leases, view, settings);
+    let Census { leftover, mut expired, mut free, others, mine, target, kcl_host, .. } = Census::new(leases, view, settings);
     let cap = if view.cover { settings.max_leases } else { target };
     let mut need = cap.saturating_sub(mine);
 
@@ -45,7 +45,7 @@ pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng
 
     plan.short = others.values().any(|leases| leases.len() > target);
     // kcl-host workers above the target release leases themselves.
-    let victims = others.iter().filter(|(owner, _)| !view.fleet.live.contains(**owner));
+    let victims = others.iter().filter(|(owner, _)| !kcl_host.contains(**owner));
     let Some((_, victims)) = victims.max_by_key(|(owner, leases)| (leases.len(), std::cmp::Reverse(**owner))) else {
         return plan;
     };

@@ -22,7 +22,7 @@ fn plan_in(leases: &[Lease], me: &str, held: &[&str], fleet: &Fleet) -> TakePlan
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(leases, now);
-    let view = View { me, held: &held, releasing: &HashSet::new(), fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false };
+    let view = View { me, held: &held, releasing: &HashSet::new(), fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None };
     plan_take(leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(7))
 }
 
@@ -41,7 +41,7 @@ fn release_beside(leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet,
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(leases, now);
-    let view = View { me, held: &held, releasing: &releasing, fleet, kcl3_workers, tracker: &tracker, now, cover: false };
+    let view = View { me, held: &held, releasing: &releasing, fleet, kcl3_workers, tracker: &tracker, now, cover: false, fleet_read_sent: None };
     plan_release(leases, &view, &TakeSettings::default())
 }
 
@@ -115,7 +115,7 @@ fn expired_leases_are_taken_after_the_failover_time() {
     tracker.observe_leases(&leases, start);
     let mut rng = fastrand::Rng::with_seed(1);
     let (held, fleet) = (HashSet::new(), Fleet::default());
-    let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false };
+    let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None };
     let early = plan_take(&leases, &at(start + Duration::from_secs(9)), &settings, &mut rng);
     assert!(early.take.is_empty(), "not before the failover time");
     let late = plan_take(&leases, &at(start + Duration::from_secs(10)), &settings, &mut rng);
@@ -129,7 +129,7 @@ fn max_leases_caps_the_target() {
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(&leases, now);
-    let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false };
+    let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None };
     let settings = TakeSettings { max_leases: 4, ..Default::default() };
     let p = plan_take(&leases, &view, &settings, &mut fastrand::Rng::with_seed(3));
     assert_eq!(p.take.len(), 4);
@@ -181,7 +181,7 @@ fn a_watcher_covering_a_departure_takes_every_lease_it_left_and_gives_the_excess
     let now = Instant::now();
     tracker.observe_leases(&leases, now);
     let none = HashSet::new();
-    let view = |cover| View { me: "w1", held: &held, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover };
+    let view = |cover| View { me: "w1", held: &held, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover, fleet_read_sent: None };
     let settings = TakeSettings::default();
     // 10 ready, 2 live workers: target 5, and w1 holds 2.
     assert_eq!(plan_take(&leases, &view(false), &settings, &mut fastrand::Rng::with_seed(1)).take.len(), 3);
@@ -193,7 +193,7 @@ fn a_watcher_covering_a_departure_takes_every_lease_it_left_and_gives_the_excess
     }
     assert_eq!(release(&leases, "w1", &[], &after), 3);
     let all_mine: HashSet<LeaseKey> = leases[..8].iter().map(|l| l.key.clone()).collect();
-    let view = View { me: "w1", held: &all_mine, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false };
+    let view = View { me: "w1", held: &all_mine, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None };
     assert!(above_target(&leases, &view, &settings));
 }
 
@@ -214,7 +214,7 @@ fn a_java_kcl_3_worker_counts_from_its_metrics_row_and_gets_its_share_given_back
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(&leases, now);
-    let view = View { me: "w1", held: &held, releasing: &HashSet::new(), fleet: &alone, kcl3_workers: &live, tracker: &tracker, now, cover: false };
+    let view = View { me: "w1", held: &held, releasing: &HashSet::new(), fleet: &alone, kcl3_workers: &live, tracker: &tracker, now, cover: false, fleet_read_sent: None };
     assert!(plan_take(&leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(5)).take.is_empty(), "the free lease is left for the 3.x worker");
 }
 
@@ -222,4 +222,48 @@ fn a_java_kcl_3_worker_counts_from_its_metrics_row_and_gets_its_share_given_back
 fn owners_without_a_heartbeat_are_still_stolen_from() {
     let leases: Vec<_> = (0..4).map(|i| lease(&format!("s{i}"), Some("java-worker"))).collect();
     assert_eq!(plan_in(&leases, "w1", &[], &fleet(&["w1"], &[])).steal.len(), 1);
+}
+
+/// A lease row as a kcl-host worker writes it: its heartbeat counter, and whose it is.
+fn kcl_host_lease(key: &str, owner: &str) -> Lease {
+    Lease { owner_heartbeat: Some(1), owner_heartbeat_worker: Some(owner.to_owned()), ..lease(key, Some(owner)) }
+}
+
+/// A kcl-host worker this one has no heartbeat row of (it joined after the
+/// last read, or the reads fail) holds every lease, and its counters stand
+/// still (the heartbeat renews them): seen at `start`, planned at `now`, the
+/// last heartbeat read sent at `read`.
+fn plan_beside_an_unread_worker(start: Instant, now: Instant, read: Instant) -> TakePlan {
+    let leases: Vec<_> = (0..4).map(|i| kcl_host_lease(&format!("s{i}"), "w2")).collect();
+    let (held, fleet) = (HashSet::new(), fleet(&["w1"], &[]));
+    let mut tracker = ExpiryTracker::default();
+    tracker.observe_leases(&leases, start);
+    let view = View { me: "w1", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: Some(read) };
+    plan_take(&leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(9))
+}
+
+#[test]
+fn a_kcl_host_owner_whose_heartbeat_row_was_not_read_is_neither_stolen_from_nor_expired_by_its_still_counter() {
+    let start = Instant::now();
+    let before = start - Duration::from_millis(1);
+    let long_after = start + Duration::from_secs(60);
+    let plan = plan_beside_an_unread_worker(start, long_after, before);
+    assert_eq!(plan.take, [], "a still counter is no sign of death while no read since could show its row");
+    assert_eq!(plan.steal, [], "a kcl-host worker gives leases back itself");
+    assert!(plan.short, "it is above the target: look again soon");
+}
+
+#[test]
+fn a_kcl_host_owner_whose_row_a_later_read_does_not_show_has_left_and_its_leases_expire_by_counter() {
+    let start = Instant::now();
+    let read = start + Duration::from_secs(1);
+    assert_eq!(plan_beside_an_unread_worker(start, start + Duration::from_secs(9), read).take, [], "not before the failover time");
+    assert_eq!(plan_beside_an_unread_worker(start, start + Duration::from_secs(10), read).take.len(), 4, "every lease of a worker that left");
+}
+
+#[test]
+fn a_java_kcl_take_of_a_kcl_host_row_leaves_a_java_owner() {
+    let taken_by_java = Lease { owner: Some("java-worker".into()), ..kcl_host_lease("s0", "w2") };
+    assert!(!taken_by_java.is_owned_by_kcl_host(), "Java KCL changes the owner, not ownerHeartbeatWorker");
+    assert!(kcl_host_lease("s0", "w2").is_owned_by_kcl_host());
 }

@@ -290,6 +290,7 @@ impl<S: LeaseStore> ShardLoop<S> {
             Delivered::Stopped(outcome) => Some(self.finish_outcome(instance, outcome).await),
             Delivered::LeaseLost => {
                 tracing::warn!(shard = %self.held.key(), processor = described, "the lease's validity ran out during process-records: call stopped, batch not delivered");
+                // The stopped call spent the instance: no shutdown can run in it.
                 Some(Interrupt::Done(Outcome::LeaseLost))
             }
         }
@@ -316,10 +317,14 @@ impl<S: LeaseStore> ShardLoop<S> {
     }
 
     /// `shutdown(lease-lost)` or `shutdown(requested)`; an error there is
-    /// only logged, since the lease is going away either way.
+    /// only logged, since the lease is going away either way. After a lost
+    /// lease the call runs (its checkpoints refused, within the call
+    /// deadline) although the lease is no longer valid: it delivers no
+    /// record, and the processor hears why it stops.
     async fn finish(&self, instance: &mut ShardInstance, reason: ShutdownReason) -> Interrupt {
         if reason == ShutdownReason::LeaseLost {
             instance.revoke_checkpoints();
+            instance.withdraw_when(Arc::new(|| false));
         }
         if let Err(e) = instance.shutdown(reason).await {
             tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "shutdown({reason:?}) failed: {e}");
