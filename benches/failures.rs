@@ -15,8 +15,18 @@
 //!   each, until the failing record is alone (one process per replay;
 //!   thinking time not counted).
 //!
+//! And `run`: `kcl-host run` at the default settings (`--bisect-on-error
+//! --max-retry-attempts 2 --on-failure file:...`, the default 500 ms
+//! backoff) against the local servers, one shard holding a batch of 500,
+//! 1,500 or 10,000 records written before the worker starts, one of them
+//! `trap` in the middle: the time from the first failed call to the
+//! give-up past the record (its dead letter written; its checkpoint follows),
+//! from the worker's log, and the calls and shard reads it took.
+//!
 //! Run with `bash scripts/build-guests.sh && cargo bench -p kcl-host --bench
-//! failures [-- BACKOFF_MS]` (100 by default); figures go in docs/BENCHMARKS.md.
+//! failures [-- BACKOFF_MS]` (100 by default), and `bash scripts/servers.sh
+//! start && source .servers/env && cargo bench -p kcl-host --bench failures
+//! -- run` for the `run` part; figures go in docs/BENCHMARKS.md.
 
 use std::path::Path;
 use std::process::Command;
@@ -84,7 +94,56 @@ fn by_hand(data: &[String], dir: &Path) -> usize {
     runs
 }
 
+/// Seconds since midnight of a log line's RFC 3339 timestamp (one day's run).
+fn seconds_of(line: &str) -> f64 {
+    let time = line.split_whitespace().next().and_then(|t| t.split_once('T')).map(|(_, t)| t.trim_end_matches('Z')).unwrap_or_default();
+    time.split(':').fold(0.0, |acc, part| acc * 60.0 + part.parse::<f64>().unwrap_or(0.0))
+}
+
+/// `kcl-host run` on a shard holding `n` records, `trap` in the middle:
+/// (seconds from the first failure to the give-up, failed calls, GetShardIterator calls).
+async fn in_run(n: usize) -> (f64, usize, String) {
+    let aws = kcl_testkit::clients().await;
+    let stream = kcl_testkit::TestStream::create(&aws.kinesis, &kcl_testkit::unique("bench-poison"), 1).await;
+    let shard = stream.shards().await.remove(0).id;
+    let data: Vec<String> = (0..n).map(|i| if i == n / 2 { "trap".to_owned() } else { format!("record-{i}") }).collect();
+    let entries: Vec<(&str, &[u8], &str)> = data.iter().map(|d| (shard.as_str(), d.as_bytes(), "k")).collect();
+    stream.put_to(&entries).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (out, dlq) = (format!("out=file:{}", dir.path().join("out.jsonl").display()), format!("file:{}", dir.path().join("dlq.jsonl").display()));
+    let (processor, cache, application) = (guest("forward").display().to_string(), kcl_testkit::test_cache_dir().display().to_string(), kcl_testkit::unique("bench-poison-app"));
+    let max = n.min(10_000).to_string();
+    let args = [
+        "run", &processor, "--stream", &stream.name, "--application", &application, "--cache-dir", &cache, "--output", &out,
+        "--on-failure", &dlq, "--bisect-on-error", "--max-retry-attempts", "2", "--max-records", &max,
+    ];
+    let host = kcl_testkit::process::KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    // Polls the dead-letter file, not the log: a predicate over the whole
+    // log at every line would slow the worker's own logging down.
+    let dead_letters = dir.path().join("dlq.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while std::fs::read_to_string(&dead_letters).map_or(true, |text| text.is_empty()) {
+        assert!(Instant::now() < deadline, "no dead letter");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, log) = host.interrupt().await;
+    // Log lines (a backtrace's lines follow its own, without a timestamp) that report a trap.
+    let failed: Vec<&String> = log.iter().filter(|l| l.starts_with("20") && l.contains("processor trapped")).collect();
+    let gave_up = log.iter().find(|l| l.contains("gave up on 1 records")).unwrap();
+    let requests = log.iter().find(|l| l.contains("requests sent")).and_then(|l| l.split_whitespace().find(|w| w.starts_with("Kinesis.GetShardIterator="))).unwrap_or("Kinesis.GetShardIterator=?").to_owned();
+    (seconds_of(gave_up) - seconds_of(failed[0]), failed.len(), requests)
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "run") {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        println!("{:>8} {:>28} {:>14} {:>30}", "batch", "first failure -> give-up (s)", "failed calls", "shard reads");
+        for n in [500, 1_500, 10_000] {
+            let (seconds, calls, reads) = rt.block_on(in_run(n));
+            println!("{n:>8} {seconds:>28.2} {calls:>14} {reads:>30}");
+        }
+        return;
+    }
     // The backoff floor, in ms: the first argument, 100 by default.
     let backoff = Duration::from_millis(std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(100));
     let rt = tokio::runtime::Runtime::new().unwrap();

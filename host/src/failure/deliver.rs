@@ -103,7 +103,10 @@ pub async fn deliver<H: Hooks>(instance: &mut ShardInstance, batch: &mut Batch, 
         hooks.retrying(policy.retrying());
         match verdict.step {
             Step::LeaseLost => return Delivered::LeaseLost,
-            Step::Retry { restart: true, .. } => return Delivered::Restart(format!("process-records failed: {error}")),
+            Step::Retry { restart: true, bisected, .. } => {
+                let split = if bisected { "; splitting the batch to find the failing record" } else { "" };
+                return Delivered::Restart(format!("process-records failed: {error}{split}"));
+            }
             Step::Retry { wait, .. } => {
                 if let Err(stop) = hooks.pause(wait).await {
                     return Delivered::Stopped(stop);

@@ -13,10 +13,11 @@
 //! - Partial failure (`failed-at i`): the records before `i` are done; the
 //!   range becomes record `i` alone.
 //! - Bisect: a failing range of several records becomes its first half
-//!   (the second half follows once the first is through), without counting
-//!   an attempt, until one record is left.
+//!   (the second half follows once the first is through), at once and
+//!   without counting an attempt, until one record is left.
 //! - Give up: once a range failed more than `max-retry-attempts` times; the
-//!   caller dead-letters it and checkpoints past it.
+//!   caller dead-letters it and checkpoints past it, and the rest of the
+//!   batch comes in one call.
 //!
 //! What never counts: a withdrawn call (the lease is lost, not the batch),
 //! and outputs that could not be written (retried without limit).
@@ -242,11 +243,12 @@ impl FailurePolicy {
             let half = head.position(head.len() / 2 - 1).expect("in range");
             failing.halves.push(failing.last);
             self.failing = Some(Failing { last: half, attempts: 0, ..failing });
-            let (wait, restart) = (self.settings.retry_backoff, !keeps_instance(error));
+            // A split is not an attempt: its first half comes at once.
+            let restart = !keeps_instance(error);
             if restart {
-                self.next_restart = Some(wait);
+                self.next_restart = Some(Duration::ZERO);
             }
-            return Verdict { step: Step::Retry { wait, restart, bisected: true }, blame_version };
+            return Verdict { step: Step::Retry { wait: Duration::ZERO, restart, bisected: true }, blame_version };
         }
         if self.settings.max_retry_attempts.is_some_and(|max| failing.attempts > max) {
             let records = (0..head.len()).take_while(|i| head.position(*i).is_some_and(|p| p <= failing.last)).count();
@@ -255,7 +257,9 @@ impl FailurePolicy {
                 self.next_restart = Some(Duration::ZERO);
             }
             let step = Step::GiveUp { records, condition: Condition::RetryAttemptsExhausted, attempts: failing.attempts };
-            self.failing = failing.past_last();
+            // The record given up on may be all that failed: the rest of the
+            // batch comes in one call (and is split again if it fails).
+            self.failing = None;
             return Verdict { step, blame_version };
         }
         let wait = self.retry_wait(failing.attempts);

@@ -154,3 +154,28 @@ async fn restarts_outside_a_batch_back_off_and_start_over_after_a_healthy_instan
     tokio::time::advance(HEALTHY).await;
     assert_eq!(policy.restart_wait(), BACKOFF, "a healthy instance resets it");
 }
+
+#[test]
+fn splits_come_at_once_and_the_rest_of_the_batch_comes_in_one_call_after_a_give_up() {
+    let mut policy = FailurePolicy::new(&settings(Some(2), true));
+    let batch = batch(1000, 1500);
+    let (mut from, mut slices) = (0, Vec::new());
+    while from < batch.len() {
+        let n = policy.next_slice(&batch, from);
+        let head = batch.slice(from, n);
+        slices.push(n);
+        if !head.iter().any(|r| r.sequence_number == "1321") {
+            policy.succeeded(&head);
+            from += n;
+            continue;
+        }
+        match policy.failed(&head, &trap(), "v1").step {
+            Step::GiveUp { records, .. } => from += records,
+            Step::Retry { wait, bisected: true, .. } => assert_eq!(wait, Duration::ZERO, "a split is not an attempt"),
+            Step::Retry { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(slices.last(), Some(&(1499 - 1321)), "every record after the poison one, in one call: {slices:?}");
+    assert_eq!(policy.restart_wait(), Duration::ZERO, "the instance after the give-up starts at once");
+}

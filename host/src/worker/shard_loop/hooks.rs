@@ -51,8 +51,9 @@ impl<S: LeaseStore> Hooks for ShardHooks<'_, S> {
             Step::Retry { .. } | Step::Partial { .. } => metrics.failure_event("retry"),
             Step::GiveUp { .. } | Step::LeaseLost => return,
         }
-        // A restart is logged where it happens, with the instance's end.
-        if !matches!(step, Step::Retry { restart: true, bisected: false, .. }) {
+        // A restart is logged where it happens, with the instance's end (and
+        // the trap's backtrace once).
+        if !matches!(step, Step::Retry { restart: true, .. }) {
             tracing::warn!(shard = %self.shard_loop.held.key(), processor = self.processor.describe(), "{error}; {step}");
         }
     }

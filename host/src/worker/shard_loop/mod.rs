@@ -198,10 +198,18 @@ impl<S: LeaseStore> ShardLoop<S> {
                 if !lease.checkpoint.has_started() && first_delivered.is_none() {
                     *first_delivered = batch.get(0).map(|first| first.sequence_number.to_owned());
                 }
-                if let Some(interrupt) = self.deliver(&mut instance, &running, policy, &mut batch).await {
-                    return interrupt;
-                }
+                let interrupt = self.deliver(&mut instance, &running, policy, &mut batch).await;
+                // Kept for a swap, or a restart after a failure: the records
+                // since the checkpoint are not read again.
                 unacknowledged.delivered(batch, checkpointed.lock().expect("not poisoned").as_ref());
+                match interrupt {
+                    None => {}
+                    Some(Interrupt::Failed(why)) => match self.restart_in_place(why, &running, policy, &checkpointed, &mut unacknowledged).await {
+                        Ok(restarted) => instance = restarted,
+                        Err(interrupt) => return interrupt,
+                    },
+                    Some(interrupt) => return interrupt,
+                }
             }
             if let Some(children) = shard_end {
                 return self.end_shard(&mut instance, children).await;
@@ -278,6 +286,53 @@ impl<S: LeaseStore> ShardLoop<S> {
         self.metrics.swapped();
         tracing::info!(shard = %shard, processor = processor.describe(), "swapped the processor; {records} records since the last checkpoint delivered again");
         Ok(instance)
+    }
+
+    /// The instance failed (`why`): after the policy's wait, a fresh one from
+    /// the last checkpoint gets the records since it again from memory, and
+    /// the reader goes on where it was — nothing is read again. Err with
+    /// `Failed` when those records did not fit the re-delivery budget (the
+    /// caller restarts from the checkpoint, reading again), or with the
+    /// outcome that interrupted the wait.
+    async fn restart_in_place(
+        &self,
+        mut why: String,
+        processor: &Processor,
+        policy: &mut FailurePolicy,
+        checkpointed: &Arc<StdMutex<Option<Position>>>,
+        unacknowledged: &mut Unacknowledged,
+    ) -> Result<ShardInstance, Interrupt> {
+        'restart: loop {
+            let last_checkpoint = checkpointed.lock().expect("not poisoned").clone();
+            let Some(again) = unacknowledged.since(last_checkpoint.as_ref()) else { return Err(Interrupt::Failed(why)) };
+            let wait = policy.restart_wait();
+            self.metrics.restarted();
+            tracing::warn!(shard = %self.held.key(), processor = processor.describe(), "{why}; restarting from the last checkpoint in {wait:?}");
+            if let Some(outcome) = self.wait(wait).await {
+                return Err(Interrupt::Done(outcome));
+            }
+            policy.instance_started();
+            let lease = self.held.snapshot().await;
+            let mut instance = match self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await {
+                Ok(instance) => instance,
+                Err(Interrupt::Failed(error)) => {
+                    why = error;
+                    continue;
+                }
+                Err(interrupt) => return Err(interrupt),
+            };
+            for mut batch in again {
+                match self.deliver(&mut instance, processor, policy, &mut batch).await {
+                    None => {}
+                    Some(Interrupt::Failed(error)) => {
+                        why = error;
+                        continue 'restart;
+                    }
+                    Some(interrupt) => return Err(interrupt),
+                }
+            }
+            return Ok(instance);
+        }
     }
 
     /// Delivers one batch under the failure policy (see [`crate::failure`]).
