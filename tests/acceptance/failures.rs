@@ -182,6 +182,8 @@ async fn poison_records_reach_the_dead_letter_stream_alone_with_their_data_and_t
     let (status, log) = worker.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
     assert!(log.iter().any(|l| l.contains("records given up on: 2 written to --on-failure, 0 skipped")), "the exit line counts them");
+    let reads = log.iter().find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("Kinesis.GetShardIterator="))).expect("the exit line counts requests");
+    assert_eq!(reads, "4", "each shard read once: a trap's fresh instance gets the records since the checkpoint from memory");
     eprintln!("{} records forwarded, {twice} more than once (all in a split batch), 2 dead letters", outs.len());
 }
 
@@ -192,7 +194,7 @@ async fn a_worker_killed_while_it_isolates_a_poison_record_loses_nothing_and_ski
     let Streams { input, out, dlq, application } = &streams;
     let shards = fill(input, "k", 600, &[(0, 300, "trap")]).await;
     let (target, on_failure) = (streams.output(), streams.on_failure());
-    // A slow isolation (1 s before each split) to kill the worker in the middle of.
+    // A slow isolation (1 s before the record alone is tried again) to kill the worker in the middle of.
     let flags = [
         "--output", &target, "--on-failure", &on_failure, "--bisect-on-error", "--max-retry-attempts", "1", "--retry-backoff", "1s",
         "--max-records", "500", "--failover-time", "4s",
