@@ -204,10 +204,12 @@ impl<S: LeaseStore> ShardLoop<S> {
                 unacknowledged.delivered(batch, checkpointed.lock().expect("not poisoned").as_ref());
                 match interrupt {
                     None => {}
-                    Some(Interrupt::Failed(why)) => match self.restart_in_place(why, &running, policy, &checkpointed, &mut unacknowledged).await {
-                        Ok(restarted) => instance = restarted,
-                        Err(interrupt) => return interrupt,
-                    },
+                    Some(Interrupt::Failed(why)) => {
+                        match self.restart_in_place(why, (&mut running, &mut processor_rx), policy, &checkpointed, &mut unacknowledged).await {
+                            Ok(restarted) => instance = restarted,
+                            Err(interrupt) => return interrupt,
+                        }
+                    }
                     Some(interrupt) => return interrupt,
                 }
             }
@@ -289,15 +291,16 @@ impl<S: LeaseStore> ShardLoop<S> {
     }
 
     /// The instance failed (`why`): after the policy's wait, a fresh one from
-    /// the last checkpoint gets the records since it again from memory, and
-    /// the reader goes on where it was — nothing is read again. Err with
-    /// `Failed` when those records did not fit the re-delivery budget (the
-    /// caller restarts from the checkpoint, reading again), or with the
-    /// outcome that interrupted the wait.
+    /// the last checkpoint — of the version offered now, which may be a
+    /// rollback (`running` becomes it) — gets the records since it again from
+    /// memory, and the reader goes on where it was: nothing is read again.
+    /// Err with `Failed` when those records did not fit the re-delivery
+    /// budget (the caller restarts from the checkpoint, reading again), or
+    /// with the outcome that interrupted the wait.
     async fn restart_in_place(
         &self,
         mut why: String,
-        processor: &Processor,
+        (running, offered): (&mut Processor, &mut watch::Receiver<Processor>),
         policy: &mut FailurePolicy,
         checkpointed: &Arc<StdMutex<Option<Position>>>,
         unacknowledged: &mut Unacknowledged,
@@ -307,10 +310,12 @@ impl<S: LeaseStore> ShardLoop<S> {
             let Some(again) = unacknowledged.since(last_checkpoint.as_ref()) else { return Err(Interrupt::Failed(why)) };
             let wait = policy.restart_wait();
             self.metrics.restarted();
-            tracing::warn!(shard = %self.held.key(), processor = processor.describe(), "{why}; restarting from the last checkpoint in {wait:?}");
+            tracing::warn!(shard = %self.held.key(), processor = running.describe(), "{why}; restarting from the last checkpoint in {wait:?}");
             if let Some(outcome) = self.wait(wait).await {
                 return Err(Interrupt::Done(outcome));
             }
+            *running = offered.borrow_and_update().clone();
+            let processor = &*running;
             policy.instance_started();
             let lease = self.held.snapshot().await;
             let mut instance = match self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await {
