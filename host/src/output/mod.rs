@@ -64,10 +64,12 @@ impl Declared {
 
 /// A worker's declared outputs and the byte budget their queues share.
 pub struct Outputs {
-    targets: std::sync::Mutex<BTreeMap<String, Arc<Declared>>>,
-    /// `replay`: a send to a name nobody declared is printed on stdout, as
-    /// a declared target's would be, rather than refused.
-    print_undeclared: bool,
+    targets: BTreeMap<String, Arc<Declared>>,
+    /// `replay` only: targets made on first use for names nobody declared,
+    /// printed on stdout as a declared target's would be (`None`: such a
+    /// send is refused). Apart from `targets`, so a send to a declared
+    /// target takes no lock.
+    undeclared: Option<std::sync::Mutex<BTreeMap<String, Arc<Declared>>>>,
     budget: Arc<Semaphore>,
     /// The budget, in [`buffer::UNIT`]s.
     budget_units: usize,
@@ -95,7 +97,7 @@ impl Outputs {
             };
             targets.push((spec.name.clone(), target));
         }
-        Ok(Self::new(targets, buffer_bytes, metrics))
+        Ok(Arc::new(Self::new(targets, buffer_bytes, metrics)))
     }
 
     /// For `replay`: no AWS and no network. A file target writes its file;
@@ -112,17 +114,16 @@ impl Outputs {
                 (spec.name.clone(), target)
             })
             .collect();
-        let outputs = Self::new(targets, buffer_bytes, None);
-        Arc::new(Self { print_undeclared: true, ..Arc::into_inner(outputs).expect("not shared yet") })
+        Arc::new(Self { undeclared: Some(Default::default()), ..Self::new(targets, buffer_bytes, None) })
     }
 
     /// For a swap's canary input: every declared name is taken, nothing is written.
     pub fn discarding(specs: &[OutputSpec]) -> Arc<Self> {
         let targets = specs.iter().map(|spec| (spec.name.clone(), Box::new(file::Lines::Discard) as Box<dyn Target>)).collect();
-        Self::new(targets, 64 << 20, None)
+        Arc::new(Self::new(targets, 64 << 20, None))
     }
 
-    fn new(targets: Vec<(String, Box<dyn Target>)>, buffer_bytes: usize, metrics: Option<Arc<Metrics>>) -> Arc<Self> {
+    fn new(targets: Vec<(String, Box<dyn Target>)>, buffer_bytes: usize, metrics: Option<Arc<Metrics>>) -> Self {
         let budget_units = (buffer_bytes / buffer::UNIT).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         let targets = targets
             .into_iter()
@@ -131,8 +132,7 @@ impl Outputs {
                 (name, Arc::new(declared))
             })
             .collect();
-        let targets = std::sync::Mutex::new(targets);
-        Arc::new(Self { targets, print_undeclared: false, budget: Arc::new(Semaphore::new(budget_units)), budget_units, metrics })
+        Self { targets, undeclared: None, budget: Arc::new(Semaphore::new(budget_units)), budget_units, metrics }
     }
 
     /// A queue for one shard's instance.
@@ -153,24 +153,23 @@ impl Outputs {
 
     /// Records acknowledged so far, per target.
     pub fn written(&self) -> BTreeMap<String, u64> {
-        let targets = self.targets.lock().expect("not poisoned");
-        targets.iter().map(|(name, d)| (name.clone(), d.written.load(Ordering::Relaxed))).collect()
+        let undeclared = self.undeclared.as_ref().map(|u| u.lock().expect("not poisoned").clone()).unwrap_or_default();
+        self.targets.iter().chain(&undeclared).map(|(name, d)| (name.clone(), d.written.load(Ordering::Relaxed))).collect()
     }
 
     /// Target `name`; the error, for a name nobody declared, says how to
     /// declare it (in `replay`, such a name prints to stdout instead).
     pub(crate) fn target(&self, name: &str) -> Result<Arc<Declared>, String> {
-        let mut targets = self.targets.lock().expect("not poisoned");
-        if let Some(declared) = targets.get(name) {
+        if let Some(declared) = self.targets.get(name) {
             return Ok(declared.clone());
         }
-        if !self.print_undeclared {
-            return Err(unknown(&targets, name));
-        }
-        let printed = file::Lines::Stdout { name: name.to_owned() };
-        let declared = Arc::new(Declared { name: name.to_owned(), target: Box::new(printed), written: AtomicU64::new(0), metrics: None });
-        targets.insert(name.to_owned(), declared.clone());
-        Ok(declared)
+        let Some(undeclared) = &self.undeclared else { return Err(unknown(&self.targets, name)) };
+        let mut undeclared = undeclared.lock().expect("not poisoned");
+        let printed = || {
+            let target = Box::new(file::Lines::Stdout { name: name.to_owned() });
+            Arc::new(Declared { name: name.to_owned(), target, written: AtomicU64::new(0), metrics: None })
+        };
+        Ok(undeclared.entry(name.to_owned()).or_insert_with(printed).clone())
     }
 
     fn buffer_changed(&self) {

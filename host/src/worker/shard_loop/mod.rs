@@ -11,9 +11,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 mod hooks;
+mod start;
 
 use super::redelivery::{Budget, Unacknowledged};
 use hooks::{LeaseSink, ShardHooks};
+use start::{starting_position, Start};
 use crate::aws::AwsError;
 use crate::failure::retrying::RetryBoard;
 use crate::failure::{self, deliver::Delivery, DeadLetters, Delivered, FailurePolicy, FailureSettings};
@@ -272,19 +274,13 @@ impl<S: LeaseStore> ShardLoop<S> {
         }
         drop(old);
         let last_checkpoint = checkpointed.lock().expect("not poisoned").clone();
-        let lease = self.held.snapshot().await;
         let again = unacknowledged.since(last_checkpoint.as_ref()).ok_or_else(|| {
             Interrupt::Failed(
                 "swapping the processor: the records since the last checkpoint did not fit --swap-buffer-mib, so the shard restarts from it".into(),
             )
         })?;
-        let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await?;
         let records: usize = again.iter().map(Batch::len).sum();
-        for mut batch in again {
-            if let Some(interrupt) = self.deliver(&mut instance, processor, policy, &mut batch).await {
-                return Err(interrupt);
-            }
-        }
+        let instance = self.reopen_with(processor, again, last_checkpoint, policy, checkpointed).await?;
         self.metrics.swapped();
         tracing::info!(shard = %shard, processor = processor.describe(), "swapped the processor; {records} records since the last checkpoint delivered again");
         Ok(instance)
@@ -305,7 +301,7 @@ impl<S: LeaseStore> ShardLoop<S> {
         checkpointed: &Arc<StdMutex<Option<Position>>>,
         unacknowledged: &mut Unacknowledged,
     ) -> Result<ShardInstance, Interrupt> {
-        'restart: loop {
+        loop {
             let last_checkpoint = checkpointed.lock().expect("not poisoned").clone();
             let Some(again) = unacknowledged.since(last_checkpoint.as_ref()) else { return Err(Interrupt::Failed(why)) };
             let wait = policy.restart_wait();
@@ -317,27 +313,31 @@ impl<S: LeaseStore> ShardLoop<S> {
             *running = offered.borrow_and_update().clone();
             let processor = &*running;
             policy.instance_started();
-            let lease = self.held.snapshot().await;
-            let mut instance = match self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await {
-                Ok(instance) => instance,
-                Err(Interrupt::Failed(error)) => {
-                    why = error;
-                    continue;
-                }
-                Err(interrupt) => return Err(interrupt),
-            };
-            for mut batch in again {
-                match self.deliver(&mut instance, processor, policy, &mut batch).await {
-                    None => {}
-                    Some(Interrupt::Failed(error)) => {
-                        why = error;
-                        continue 'restart;
-                    }
-                    Some(interrupt) => return Err(interrupt),
-                }
+            match self.reopen_with(processor, again, last_checkpoint, policy, checkpointed).await {
+                Err(Interrupt::Failed(error)) => why = error,
+                reopened => return reopened,
             }
-            return Ok(instance);
         }
+    }
+
+    /// A fresh instance of `processor` from the lease's checkpoint
+    /// (`last_checkpoint`), handed `again`: the records since it, from memory.
+    async fn reopen_with(
+        &self,
+        processor: &Processor,
+        again: Vec<Batch>,
+        last_checkpoint: Option<Position>,
+        policy: &mut FailurePolicy,
+        checkpointed: &Arc<StdMutex<Option<Position>>>,
+    ) -> Result<ShardInstance, Interrupt> {
+        let lease = self.held.snapshot().await;
+        let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await?;
+        for mut batch in again {
+            if let Some(interrupt) = self.deliver(&mut instance, processor, policy, &mut batch).await {
+                return Err(interrupt);
+            }
+        }
+        Ok(instance)
     }
 
     /// Delivers one batch under the failure policy (see [`crate::failure`]).
@@ -390,35 +390,6 @@ impl<S: LeaseStore> ShardLoop<S> {
             tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "shutdown({reason:?}) failed: {e}");
         }
         Interrupt::Done(if reason == ShutdownReason::Requested { Outcome::Stopped } else { Outcome::LeaseLost })
-    }
-}
-
-/// Where an attempt starts reading.
-#[derive(Debug, PartialEq)]
-enum Start {
-    /// From here; with the checkpoint earlier ones may not go before.
-    Read(StartingPosition, Option<Position>),
-    /// The lease is at `SHARD_END` already.
-    Finished,
-    /// AT_TIMESTAMP without a timestamp.
-    Refused,
-}
-
-/// Where an attempt starts: after the checkpoint; for a lease with none, at
-/// its initial position — or, when an earlier attempt already delivered
-/// from there, at that attempt's first record (LATEST or a timestamp read
-/// again later would skip what it was given).
-fn starting_position(checkpoint: &Checkpoint, first_delivered: Option<&str>, initial_timestamp_ms: Option<i64>) -> Start {
-    let restart = first_delivered.map(|seq| StartingPosition::At(seq.to_owned()));
-    match checkpoint {
-        Checkpoint::TrimHorizon => Start::Read(StartingPosition::TrimHorizon, None),
-        Checkpoint::Latest => Start::Read(restart.unwrap_or(StartingPosition::Latest), None),
-        Checkpoint::AtTimestamp => match initial_timestamp_ms {
-            Some(ms) => Start::Read(restart.unwrap_or(StartingPosition::AtTimestamp(ms)), None),
-            None => Start::Refused,
-        },
-        Checkpoint::At(position) => Start::Read(StartingPosition::Checkpoint(position.clone()), Some(position.clone())),
-        Checkpoint::ShardEnd => Start::Finished,
     }
 }
 
