@@ -23,8 +23,11 @@ for wasm in examples/build/*.wasm; do
 done
 log=$(mktemp)
 status=0
-# --no-fail-fast: every test binary runs even when an earlier one fails.
-cargo test --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+cargo test --no-run --quiet "$@"
+# --no-fail-fast: every test binary runs even when an earlier one fails. A
+# test that hangs fails the run after 50 minutes (the whole suite takes ~10),
+# and cargo's output so far names it ("has been running for over 60 seconds").
+timeout --kill-after=30s 50m cargo test --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # One closing line for the whole run (cargo's last line is its doc-tests').
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -71,7 +71,14 @@ pub struct TestStream {
 impl TestStream {
     /// Creates a stream of `shards` shards and waits until it is active.
     pub async fn create(kinesis: &aws_sdk_kinesis::Client, name: &str, shards: i32) -> Self {
-        kinesis.create_stream().stream_name(name).shard_count(shards).send().await.expect("CreateStream");
+        match kinesis.create_stream().stream_name(name).shard_count(shards).send().await {
+            // The name is the test's own: "in use" means an attempt that
+            // timed out on a busy server created it before the retry.
+            Err(e) if e.as_service_error().is_some_and(|e| e.is_resource_in_use_exception()) => {}
+            result => {
+                result.expect("CreateStream");
+            }
+        }
         let stream = Self { name: name.to_owned(), kinesis: kinesis.clone() };
         stream.wait_active().await;
         stream

@@ -83,8 +83,16 @@ impl KclHost {
                 return;
             }
             let quiet_until = (tokio::time::Instant::now() + limit).min(last_chance);
-            if tokio::time::timeout_at(quiet_until, self.changed.changed()).await.is_err() {
-                panic!("timed out after {:?} waiting for {what}; log:\n{}", started.elapsed(), self.log().await.join("\n"));
+            match tokio::time::timeout_at(quiet_until, self.changed.changed()).await {
+                Ok(Ok(())) => {}
+                // Both log readers are done: the process closed its output
+                // (it exited), so nothing it says can come any more.
+                Ok(Err(_)) => {
+                    let log = self.log().await;
+                    assert!(done(&log), "kcl-host exited while a test waited for {what}; log:\n{}", log.join("\n"));
+                    return;
+                }
+                Err(_) => panic!("timed out after {:?} waiting for {what}; log:\n{}", started.elapsed(), self.log().await.join("\n")),
             }
         }
     }
