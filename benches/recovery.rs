@@ -1,11 +1,12 @@
 //! Leases and reads under faults, through the test kit's fault proxy in
 //! front of the local servers, one `kcl-host run` (the counter guest, the
 //! default failover time of 10 s) on 8 shards:
-//! - `dynamodb`: a 20 s DynamoDB outage (every request a 500) under a
-//!   steady producer → every shard processing again;
-//! - `kinesis`: a 20 s Kinesis outage (every GetRecords a 500), then a
-//!   burst of 30 5xx and resets → every shard processing again, and how many
-//!   records were delivered twice;
+//! - `dynamodb`: a 20 s DynamoDB outage under a steady producer, every
+//!   request a 500 and then every request unanswered (a black hole) →
+//!   every shard processing again;
+//! - `kinesis`: a 20 s Kinesis outage, every GetRecords a 500 and then
+//!   unanswered, then a burst of 30 5xx and resets → every shard
+//!   processing again, and how many records were delivered twice;
 //! - `backlog`: 40,000 records of 1 KiB on 8 shards → drained, with the
 //!   worker's CPU seconds and the records delivered twice; and GetRecords
 //!   calls per shard-second, draining and then idle.
@@ -73,17 +74,17 @@ async fn markers_processed(host: &mut KclHost, stream: &TestStream, prefix: &str
     since.elapsed().as_secs_f64()
 }
 
-/// An outage of `service` (every request matching `operation` a 500) for
-/// [`OUTAGE`] under a steady producer: seconds from its end until every
+/// An outage of `service` (`fault` for every request matching `operation`)
+/// for [`OUTAGE`] under a steady producer: seconds from its end until every
 /// shard processed a record put then, and the records delivered twice.
-async fn outage(service: &str, operation: Option<&'static str>) -> (f64, usize) {
+async fn outage(service: &str, operation: Option<&'static str>, fault: Fault) -> (f64, usize) {
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("bench-outage"), SHARDS).await;
     let proxy = proxy_for(service).await;
     let mut host = start_all(&proxy, service, &stream).await;
     let producer = Producer::start(&stream, "steady", Duration::from_millis(100)).await;
     markers_processed(&mut host, &stream, "before", Instant::now()).await;
-    proxy.set(vec![Rule::every(operation, Fault::Fail(500, "InternalFailure"))]);
+    proxy.set(vec![Rule::every(operation, fault)]);
     tokio::time::sleep(OUTAGE).await;
     proxy.clear();
     let recovered = markers_processed(&mut host, &stream, "after", Instant::now()).await;
@@ -93,14 +94,23 @@ async fn outage(service: &str, operation: Option<&'static str>) -> (f64, usize) 
     (recovered, twice)
 }
 
+/// The two kinds of outage: every request answered with a 500, or none answered.
+fn outages() -> [(&'static str, Fault); 2] {
+    [("500s", Fault::Fail(500, "InternalFailure")), ("unanswered", Fault::BlackHole)]
+}
+
 async fn dynamodb() {
-    let (recovered, twice) = outage("DYNAMODB", None).await;
-    println!("DynamoDB outage of {OUTAGE:?}, 8 shards: every shard processing again {recovered:.2} s after it ended; {twice} records delivered twice");
+    for (kind, fault) in outages() {
+        let (recovered, twice) = outage("DYNAMODB", None, fault).await;
+        println!("DynamoDB outage of {OUTAGE:?} ({kind}), 8 shards: every shard processing again {recovered:.2} s after it ended; {twice} records delivered twice");
+    }
 }
 
 async fn kinesis() {
-    let (recovered, twice) = outage("KINESIS", Some("GetRecords")).await;
-    println!("Kinesis outage of {OUTAGE:?} (GetRecords 500s), 8 shards: every shard processing again {recovered:.2} s after it ended; {twice} records delivered twice");
+    for (kind, fault) in outages() {
+        let (recovered, twice) = outage("KINESIS", Some("GetRecords"), fault).await;
+        println!("Kinesis outage of {OUTAGE:?} (GetRecords {kind}), 8 shards: every shard processing again {recovered:.2} s after it ended; {twice} records delivered twice");
+    }
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("bench-burst"), SHARDS).await;
     let proxy = proxy_for("KINESIS").await;

@@ -20,6 +20,7 @@ use aws_sdk_kinesis::config::http::HttpResponse;
 
 use crate::aws::{AwsError, Service};
 use crate::backoff::Backoff;
+use crate::hedge::{Asked, Hedge};
 use crate::records::{kpl, Batch, Position, Record};
 
 /// Kinesis allows 5 GetRecords calls per second per shard, across every
@@ -151,6 +152,8 @@ pub struct Fetcher {
     /// Records the next call asks for: `max_records`, halved after a call
     /// timed out, doubled back after each one that did not.
     limit: i32,
+    /// When a silent call is asked again.
+    hedge: Hedge,
 }
 
 impl Fetcher {
@@ -176,6 +179,7 @@ impl Fetcher {
             throttled: Backoff::new(THROTTLED.0, THROTTLED.1),
             failed: Backoff::new(FAILED.0, FAILED.1),
             limit: settings.max_records,
+            hedge: Hedge::new(GET_RECORDS_TIMEOUT),
             settings,
         }
     }
@@ -203,7 +207,12 @@ impl Fetcher {
             tokio::time::sleep_until(self.next_call).await;
             self.next_call = Instant::now() + MIN_CALL_INTERVAL;
             calls += 1;
-            let output = match self.get_records(&iterator).await {
+            let (answer, asked) = self.get_records(&iterator).await;
+            if asked.again > 0 {
+                tracing::warn!(shard = %self.shard, "GetRecords went unanswered; asked again {} times on new connections", asked.again);
+            }
+            calls += u64::from(asked.again);
+            let output = match answer {
                 Ok(output) => output,
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_expired_iterator_exception()) => {
                     self.iterator = None;
@@ -252,11 +261,13 @@ impl Fetcher {
     }
 
     /// One GetRecords call: without the SDK's retries (this reader paces and
-    /// retries itself), and with time for a full 10 MB answer.
-    async fn get_records(&self, iterator: &str) -> Result<GetRecordsOutput, SdkError<GetRecordsError, HttpResponse>> {
+    /// retries itself), with time for a full 10 MB answer, and asked again
+    /// beside it when it stays silent (see [`crate::hedge`]).
+    async fn get_records(&mut self, iterator: &str) -> (Result<GetRecordsOutput, SdkError<GetRecordsError, HttpResponse>>, Asked) {
         let timeouts = TimeoutConfig::builder().operation_attempt_timeout(GET_RECORDS_TIMEOUT).operation_timeout(GET_RECORDS_TIMEOUT).build();
         let config = aws_sdk_kinesis::config::Builder::default().retry_config(RetryConfig::disabled()).timeout_config(timeouts);
-        self.client.get_records().shard_iterator(iterator).limit(self.limit).customize().config_override(config).send().await
+        let request = self.client.get_records().shard_iterator(iterator).limit(self.limit);
+        self.hedge.call(|| request.clone().customize().config_override(config.clone()).send()).await
     }
 
     /// A call failed with `error`, which waiting may mend: the next one

@@ -17,6 +17,7 @@ pub mod config;
 pub mod failure;
 pub mod fanout;
 pub mod fetch;
+pub mod hedge;
 pub mod init;
 pub mod lease;
 pub mod metrics;

@@ -147,7 +147,10 @@ impl KclHost {
 
     /// Waits for the process to exit by itself (within `limit`).
     pub async fn wait_exit(mut self, limit: Duration) -> (std::process::ExitStatus, Vec<String>) {
-        let status = tokio::time::timeout(limit, self.child.wait()).await.expect("kcl-host exits by itself").unwrap();
+        let Ok(status) = tokio::time::timeout(limit, self.child.wait()).await else {
+            panic!("kcl-host did not exit by itself within {limit:?}; log:\n{}", self.log().await.join("\n"));
+        };
+        let status = status.unwrap();
         for reader in self.readers.drain(..) {
             reader.await.expect("log reader");
         }
