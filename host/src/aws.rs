@@ -17,6 +17,7 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, ConfigLoader, Region};
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::{BoxError, ProvideErrorMetadata, SdkError};
@@ -24,6 +25,12 @@ use aws_sdk_dynamodb::error::{BoxError, ProvideErrorMetadata, SdkError};
 /// Longest one attempt of a Kinesis or DynamoDB call may take (GetRecords
 /// answers within a few seconds; a lease write within milliseconds).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a DynamoDB request may wait for the first byte of its answer
+/// before it is sent again: lease rows and checkpoints answer in
+/// milliseconds, so one silent this long went into a dead connection, and
+/// waiting out the whole attempt would keep the leases from being renewed
+/// for seconds after the network is back.
+const DYNAMODB_FIRST_BYTE: Duration = Duration::from_secs(1);
 
 /// Settings that override the standard chain.
 #[derive(Clone, Debug, Default)]
@@ -118,12 +125,14 @@ pub enum AwsError {
     #[error("DynamoDB table `{0}` does not exist")]
     TableMissing(String),
     #[error(
-        "no AWS credentials were found for {operation}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE \
-         (with ~/.aws/credentials or SSO), or run where an IAM role is given (EC2, ECS, EKS)"
+        "no AWS credentials were found for {operation} (looked in the environment, the shared config and credentials \
+         files, web identity, ECS and EC2 instance metadata{failed}): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+         or AWS_PROFILE (with ~/.aws/credentials or SSO), or run where an IAM role is given (EC2, ECS, EKS)"
     )]
-    /// The SDK's credential chain found nothing.
+    /// The SDK's credential chain found nothing. `failed` is what the
+    /// provider that failed (rather than found nothing) said, if one did.
     #[allow(missing_docs)] // fields named in the message
-    NoCredentials { operation: &'static str },
+    NoCredentials { operation: &'static str, failed: String },
     /// IAM refused the call.
     #[error("access denied for {operation}: {message}; check the credentials and their IAM policy")]
     #[allow(missing_docs)] // fields named in the message
@@ -168,7 +177,13 @@ impl AwsError {
         let code = error.code().unwrap_or_default().to_owned();
         let message = error.message().map(str::to_owned).unwrap_or_else(|| chain(&error));
         match (&error, code.as_str()) {
-            (SdkError::DispatchFailure(_), _) if chain(&error).contains("no credentials found in chain") => AwsError::NoCredentials { operation },
+            (SdkError::DispatchFailure(_), _) if let Some(credentials) = credentials_error(error.source()) => {
+                let failed = match credentials {
+                    CredentialsError::CredentialsNotLoaded(_) => String::new(),
+                    failed => format!("; the last to fail said: {}", chain(failed)),
+                };
+                AwsError::NoCredentials { operation, failed }
+            }
             (SdkError::DispatchFailure(_) | SdkError::TimeoutError(_), _) => {
                 AwsError::Unreachable { service, operation, message: chain(&error) }
             }
@@ -205,6 +220,12 @@ impl Service {
     }
 }
 
+/// The credential chain's error among the causes from `cause` on: the call
+/// was never sent for want of credentials.
+fn credentials_error<'a>(cause: Option<&'a (dyn StdError + 'static)>) -> Option<&'a CredentialsError> {
+    std::iter::successors(cause, |e| (*e).source()).find_map(|e| e.downcast_ref::<CredentialsError>())
+}
+
 /// "outer: inner: innermost", so a dispatch failure shows its cause.
 fn chain(error: &dyn StdError) -> String {
     let mut text = error.to_string();
@@ -215,6 +236,13 @@ fn chain(error: &dyn StdError) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Every call has a deadline, so one hung request cannot hold up a renewal
+/// round or a reader; an attempt that times out is retried.
+fn timeouts(settings: &AwsSettings) -> aws_config::timeout::TimeoutConfigBuilder {
+    let attempt = settings.attempt_timeout.unwrap_or(ATTEMPT_TIMEOUT);
+    TimeoutConfig::builder().connect_timeout(Duration::from_secs(3)).operation_attempt_timeout(attempt).operation_timeout(attempt * 3)
 }
 
 impl AwsClients {
@@ -233,15 +261,7 @@ impl AwsClients {
         }
         let config = loader
             .retry_config(RetryConfig::standard().with_max_attempts(6).with_initial_backoff(Duration::from_millis(100)))
-            // Every call has a deadline, so one hung request cannot hold up a
-            // renewal round or a reader; an attempt that times out is retried.
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(3))
-                    .operation_attempt_timeout(settings.attempt_timeout.unwrap_or(ATTEMPT_TIMEOUT))
-                    .operation_timeout(settings.attempt_timeout.unwrap_or(ATTEMPT_TIMEOUT) * 3)
-                    .build(),
-            )
+            .timeout_config(timeouts(settings).build())
             .load()
             .await;
         if config.region().is_none() {
@@ -252,7 +272,9 @@ impl AwsClients {
         if let Some(url) = &settings.kinesis_endpoint {
             kinesis = kinesis.endpoint_url(url);
         }
-        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&config).interceptor(requests.clone());
+        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&config)
+            .timeout_config(timeouts(settings).read_timeout(DYNAMODB_FIRST_BYTE).build())
+            .interceptor(requests.clone());
         if let Some(url) = &settings.dynamodb_endpoint {
             dynamodb = dynamodb.endpoint_url(url);
         }

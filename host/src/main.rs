@@ -10,10 +10,11 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_naming_the_variable(e));
     // The SDK's look for a region in EC2 instance metadata warns three times before our own
-    // "no AWS region" says what to do: kept quiet unless RUST_LOG asks.
+    // "no AWS region" says what to do, and its credential chain once per provider that failed
+    // before our "no AWS credentials": kept quiet unless RUST_LOG asks.
     // `deploy`'s test instance is not a shard: its processor's lines are not the operator's business.
     let quiet = if matches!(cli.command, Command::Deploy(_)) { ",kcl_host::guest=warn" } else { "" };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("info,aws_config::imds::region=error{quiet}")));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("info,aws_config::imds::region=error,aws_config::meta::credentials::chain=error{quiet}")));
     let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),

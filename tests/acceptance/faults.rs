@@ -183,6 +183,66 @@ async fn lost_answers_keep_the_leases_and_a_silent_dynamodb_is_left_behind_at_on
     assert!(recovered < Duration::from_secs(3), "idle {recovered:?} after DynamoDB answered again:\n{}", log.join("\n"));
 }
 
+/// Longest a test lets a silent DynamoDB request hold its caller: the
+/// first-byte time-out (1 s) with room for a loaded machine, and well under
+/// the 5 s attempt that held callers before.
+const SILENCE_NOTICED: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_read_is_asked_again_without_waiting_out_its_time_out() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("kinesis-silent"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let proxy = FaultProxy::start(&upstream("KINESIS")).await;
+    let mut host = start_through(&proxy, "KINESIS", "counter", &stream.name, &unique("kinesis-silent-app"), "worker-1", &[]);
+    host.wait_for("the shard", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    // Two reads sent into the silence: the first, and one asked again beside it.
+    proxy.set(vec![Rule::every(Some("GetRecords"), Fault::BlackHole)]);
+    faults_applied(&proxy, 2).await;
+    proxy.clear();
+    let cleared = tokio::time::Instant::now();
+    let records = payloads("after-silence", 3);
+    stream.put(&shard, &records).await;
+    host.wait_for("the records put after the silence", LIMIT, |log| processed(log, &records)).await;
+    // The first read sent into the silence keeps its 30 s (a slow large
+    // answer is not a silent one); the reader asked again long before.
+    let reads: Vec<_> = proxy.counts().requests.into_iter().filter(|r| r.operation == "GetRecords").collect();
+    let first_silent = reads.iter().find(|r| r.faulted).expect("a read went into the silence").at;
+    let answered = reads.iter().find(|r| !r.faulted && r.at >= cleared).expect("a read once Kinesis answered again").at;
+    let waited = answered - first_silent;
+    assert!(waited < Duration::from_secs(20), "the next read went out {waited:?} after the first silent one, not before its 30 s time-out");
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert!(count_lines(&log, "GetRecords went unanswered; asked again") >= 1, "{}", log.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_dynamodb_request_is_sent_again_after_a_second_and_no_lease_moves() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("ddb-hole"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let application = unique("ddb-hole-app");
+    let proxy = FaultProxy::start(&upstream("DYNAMODB")).await;
+    let mut host = start_through(&proxy, "DYNAMODB", "counter", &stream.name, &application, "worker-1", &[]);
+    host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    // A few seconds of silence, well within the failover time (10 s).
+    proxy.set(vec![Rule::every(None, Fault::BlackHole)]);
+    faults_applied(&proxy, 4).await;
+    proxy.clear();
+    let records = one_each(&stream, &shards, "after-silence").await;
+    host.wait_for("the records put after the silence", LIMIT, |log| processed(log, &records)).await;
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while proxy.counts().held > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "a silent request was never given up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let waited = proxy.counts().given_up_after;
+    assert!(waited.iter().all(|w| *w < SILENCE_NOTICED), "each silent request was sent again after about a second: {waited:?}");
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "lease lost"), 0, "{}", log.join("\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kinesis_read_failures_are_retried_in_place_and_deliver_nothing_twice() {
     let aws = clients().await;

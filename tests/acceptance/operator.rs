@@ -1,6 +1,8 @@
 //! What an operator sees and types: bad input, --help, /metrics and
 //! `kcl-host status`.
 
+use kcl_testkit::http_sink::{HttpSink, Mode};
+
 use super::*;
 
 #[tokio::test]
@@ -49,7 +51,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
                 ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
                 ("AWS_CONFIG_FILE", "/nonexistent"),
             ],
-            "no AWS credentials were found for ListShards: set AWS_ACCESS_KEY_ID",
+            "no AWS credentials were found for ListShards (looked in the environment",
         ),
         (vec!["run", &counter, "--stream", "s", "--application", &long_application], vec![], "use 3 to 237 characters (it names the lease table"),
         (vec!["run", &counter, "--stream", "s", "--application", "app", "--idle-time-between-reads", "-1s"], vec![], "use a duration with a unit"),
@@ -70,6 +72,23 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     let (code, text) = run_to_exit(&["run", &counter, "--stream", "s", "--application", "app"], &no_region).await;
     assert_ne!(code, 0);
     assert!(text.contains("no AWS region is configured; set AWS_REGION or pass --region") && !text.contains("IMDS"), "{text}");
+    // No credentials, and instance metadata that refuses: one message that
+    // says so, not the SDK's provider warnings and "cannot reach DynamoDB".
+    let imds = HttpSink::start().await;
+    imds.set_mode(Mode::Forbidden);
+    let imds_endpoint = format!("http://{}", imds.address());
+    let no_credentials = [
+        ("AWS_ACCESS_KEY_ID", ""),
+        ("AWS_SECRET_ACCESS_KEY", ""),
+        ("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds_endpoint.as_str()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        ("AWS_CONFIG_FILE", "/dev/null"),
+    ];
+    let (code, text) = run_to_exit(&["run", &counter, "--stream", "s", "--application", "app"], &no_credentials).await;
+    assert_ne!(code, 0);
+    assert!(!imds.requests().is_empty(), "the SDK asked instance metadata");
+    assert!(text.contains("no AWS credentials were found for ListShards") && text.contains("the last to fail said: ") && text.contains("IMDS"), "{text}");
+    assert!(!text.contains("WARN") && !text.contains("cannot reach"), "{text}");
 }
 
 #[tokio::test]

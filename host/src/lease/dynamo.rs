@@ -106,7 +106,9 @@ impl DynamoStore {
         let update = update.return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         let sent = match timeout {
             Some(timeout) => {
-                let timeouts = TimeoutConfig::builder().operation_attempt_timeout(timeout).operation_timeout(timeout).build();
+                // The whole time, first byte included: a slow answer that
+                // comes within it keeps the lease.
+                let timeouts = TimeoutConfig::builder().operation_attempt_timeout(timeout).operation_timeout(timeout).disable_read_timeout().build();
                 update.customize().config_override(aws_sdk_dynamodb::config::Builder::default().timeout_config(timeouts)).send().await
             }
             None => update.send().await,

@@ -59,6 +59,10 @@ pub struct Counts {
     pub faulted: u64,
     /// Every request, in the order it came.
     pub requests: Vec<Seen>,
+    /// Black-holed requests whose client still waits on them.
+    pub held: u64,
+    /// How long the client waited on each black-holed request it gave up.
+    pub given_up_after: Vec<Duration>,
 }
 
 /// One request the proxy saw.
@@ -66,6 +70,8 @@ pub struct Counts {
 pub struct Seen {
     /// The end of its `X-Amz-Target` (`GetRecords`).
     pub operation: String,
+    /// The DynamoDB table it names (`TableName`), if any.
+    pub table: Option<String>,
     pub at: tokio::time::Instant,
     pub faulted: bool,
 }
@@ -197,8 +203,15 @@ fn fault_for(state: &Mutex<State>, request: &Request) -> Option<Fault> {
         Some(_) => state.counts.faulted += 1,
         None => state.counts.forwarded += 1,
     }
-    state.counts.requests.push(Seen { operation, at: tokio::time::Instant::now(), faulted: fault.is_some() });
+    let table = table_name(&body);
+    state.counts.requests.push(Seen { operation, table, at: tokio::time::Instant::now(), faulted: fault.is_some() });
     fault
+}
+
+/// The `TableName` of a DynamoDB request's JSON body.
+fn table_name(body: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    value.get("TableName")?.as_str().map(str::to_owned)
 }
 
 async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> std::io::Result<()> {
@@ -218,8 +231,13 @@ async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> s
         Some(Fault::Reset) => return Ok(()),
         Some(Fault::BlackHole) => {
             // Hold the connection until the client gives up on it.
+            let since = tokio::time::Instant::now();
+            state.lock().unwrap().counts.held += 1;
             let mut rest = Vec::new();
             let _ = client.read_to_end(&mut rest).await;
+            let mut state = state.lock().unwrap();
+            state.counts.held -= 1;
+            state.counts.given_up_after.push(since.elapsed());
             return Ok(());
         }
     };

@@ -1,7 +1,8 @@
 //! A local HTTP server for the output and outbound tests: it keeps the body
 //! lines of every POST it accepts, answers every GET with a small JSON
-//! object naming the path, and can be told to fail (503) or to go silent
-//! (read requests, never answer) — a target that is down or black-holed.
+//! object naming the path, and can be told to fail (503), to refuse (403)
+//! or to go silent (read requests, never answer) — a target that is down,
+//! forbidden or black-holed.
 
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +17,9 @@ pub enum Mode {
     Ok,
     /// 503 to everything; nothing is kept.
     Fail,
+    /// 403 to everything (an instance metadata service that gives this
+    /// host no credentials); nothing is kept.
+    Forbidden,
     /// Requests are read and never answered.
     Silent,
 }
@@ -106,6 +110,7 @@ async fn serve(mut socket: TcpStream, mode: watch::Receiver<Mode>, lines: Arc<Mu
             unreachable!()
         }
         Mode::Fail => ("503 Service Unavailable", String::new()),
+        Mode::Forbidden => ("403 Forbidden", String::new()),
         Mode::Ok if method == "POST" => {
             let body = String::from_utf8_lossy(&buffer[header_end..header_end + length]).into_owned();
             lines.lock().unwrap().extend(body.lines().map(str::to_owned));
