@@ -137,6 +137,49 @@ async fn a_joining_worker_is_given_its_share_without_duplicates() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_its_parents_owner_has_no_room_for_is_taken_by_the_other_worker_at_once() {
+    // The default failover time: a settled fleet scans the lease table only
+    // every two minutes, longer than a test waits, so the other worker
+    // must learn of the child from the heartbeats.
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("news"), 3).await;
+    let application = unique("news-app");
+    let mut first = start_with("counter", &stream.name, &application, "worker-1", &[]);
+    first.wait_for("all three shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 3).await;
+    let mut second = start_with("counter", &stream.name, &application, "worker-2", &[]);
+    first.wait_for("a lease given back", LIMIT, |log| count_lines(log, "gave the lease back") >= 1).await;
+    second.wait_for("its share", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    owners_become(&aws, &application, BTreeMap::from([("worker-1".into(), 2), ("worker-2".into(), 1)])).await;
+    for worker in [&mut first, &mut second] {
+        worker.wait_for("a settled table", LIMIT, |log| count_lines(log, "every lease is held by a live kcl-host worker") >= 1).await;
+    }
+    // Split one of the first's: it finishes the parent and has room for one child only.
+    let parent = leases(&aws.dynamodb, &application).await.into_iter().find(|l| l.owner.as_deref() == Some("worker-1")).unwrap().key;
+    let children = stream.split(&parent).await;
+    let records: Vec<String> = children.iter().map(|child| format!("child-{child}")).collect();
+    for (child, record) in children.iter().zip(&records) {
+        stream.put(child, std::slice::from_ref(record)).await;
+    }
+    second.wait_for("the child the first had no room for", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
+    first.wait_for("the first's child", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 4).await;
+    let child_owners: BTreeSet<String> =
+        leases(&aws.dynamodb, &application).await.into_iter().filter(|l| children.contains(&l.key.to_string())).filter_map(|l| l.owner).collect();
+    assert_eq!(child_owners, BTreeSet::from(["worker-1".to_owned(), "worker-2".to_owned()]), "one child each");
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let seen: BTreeSet<String> = first.delivered().await.into_iter().chain(second.delivered().await).map(|d| d.data).collect();
+        if records.iter().all(|r| seen.contains(r)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the children's records were never processed: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (a, log_a) = first.interrupt().await;
+    let (b, log_b) = second.interrupt().await;
+    assert!(a.success() && b.success(), "{}\n{}", log_a.join("\n"), log_b.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_worker_hands_its_shards_over_without_duplicates() {
     const SIGTERM: i32 = 15;
     let mut pair = Pair::start("handoff").await;

@@ -11,6 +11,7 @@
 //! | `heartbeat` | N | bumped once per renewal period while the worker runs; a new row starts at its writer's clock in ms, so a worker id's counter never goes back across restarts (lease rows record it: [`crate::lease::Lease::owner_heartbeat`]) |
 //! | `beatMillis` | N | the worker's clock at its last beat, for people (the rules use only `heartbeat`) |
 //! | `process` | S | the process that writes the row (host, pid and a nonce) |
+//! | `leasesFreed` | N | how many times this worker left leases for the others to take (created them, finished a parent, gave one back): a reader that sees it move makes a take pass ([`LeaseNews`]) |
 //! | others | | the worker's [`Report`]: what other rooms tell `status` (the processor it runs, its shards retrying); the lease rules never read them |
 //!
 //! A worker that stops deletes its row; the row of one that died is deleted
@@ -30,6 +31,35 @@ const WORKER: &str = "worker/";
 /// What a worker's heartbeat row reports besides the heartbeat, written
 /// with every beat: attribute name → value, `None` removing the attribute.
 pub type Report = Vec<(&'static str, Option<AttributeValue>)>;
+
+/// The heartbeat attribute [`LeaseNews`] writes.
+const LEASES_FREED: &str = "leasesFreed";
+
+/// This worker's news for the fleet's take passes: it left leases for the
+/// others to take. Leases change hands mostly when the fleet does, which the
+/// heartbeats show; what they do not show — children ready after a parent
+/// ended, new shards, a lease given back — this does, so that the others
+/// need not scan the lease table often just in case.
+#[derive(Debug, Default)]
+pub struct LeaseNews {
+    freed: std::sync::atomic::AtomicU64,
+    /// Wakes the heartbeat task, so the news goes out at once.
+    pub written: tokio::sync::Notify,
+}
+
+impl LeaseNews {
+    /// Leases were left for the others: the next beat (written now) says so.
+    pub fn freed(&self) {
+        self.freed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.written.notify_one();
+    }
+
+    /// The attribute for the next beat.
+    pub fn report(&self) -> (&'static str, Option<AttributeValue>) {
+        let freed = self.freed.load(std::sync::atomic::Ordering::Relaxed);
+        (LEASES_FREED, Some(AttributeValue::N(freed.to_string())))
+    }
+}
 
 /// The name of `application`'s control table.
 pub fn control_table_name(application: &str) -> String {
@@ -53,6 +83,8 @@ pub struct Heartbeat {
     /// The process that writes it (host, pid and a nonce): two processes
     /// with one worker id tell each other apart by it.
     pub process: Option<String>,
+    /// `leasesFreed`: moves when the worker leaves leases for the others.
+    pub leases_freed: u64,
     /// The whole row, for the readers of its [`Report`].
     pub row: Item,
 }
@@ -60,7 +92,7 @@ pub struct Heartbeat {
 impl Heartbeat {
     /// A row with only a counter, as the rules see it.
     pub fn bare(worker: impl Into<String>, heartbeat: u64) -> Self {
-        Self { worker: worker.into(), heartbeat, beat_ms: None, process: None, row: Item::new() }
+        Self { worker: worker.into(), heartbeat, beat_ms: None, process: None, leases_freed: 0, row: Item::new() }
     }
 
     /// A string attribute of the row.
@@ -205,5 +237,12 @@ fn parse(item: &Item) -> Option<Heartbeat> {
         Some(AttributeValue::S(process)) => Some(process.clone()),
         _ => None,
     };
-    Some(Heartbeat { worker: worker.to_owned(), heartbeat: n.parse().ok()?, beat_ms: number("beatMillis"), process, row: item.clone() })
+    Some(Heartbeat {
+        worker: worker.to_owned(),
+        heartbeat: n.parse().ok()?,
+        beat_ms: number("beatMillis"),
+        process,
+        leases_freed: number(LEASES_FREED).unwrap_or(0),
+        row: item.clone(),
+    })
 }

@@ -3,7 +3,7 @@
 //! the worker loop's own rhythm (a heartbeat and a renewal round every third
 //! of the failover time; heartbeat reads every 500 ms by the two watchers
 //! and every 5 s by the others, as [`FleetWatch`] decides; a take pass
-//! every two failover times, at once when the fleet changes, every tick
+//! as [`Coordinator::pass_interval`] says, at once when the fleet changes, every tick
 //! while short of the target and a read interval later while above it).
 //! For each renewal mode it measures the lease table's requests per
 //! lease-minute (and the control table's, from the same rhythm), the time
@@ -144,14 +144,7 @@ impl Fleet {
             let expiring = member.coordinator.expiry_due().is_some_and(|due| due <= now);
             if changed || expiring || member.next_pass <= now {
                 let pass = member.coordinator.take_pass().await.unwrap();
-                member.next_pass = now
-                    + if pass.short {
-                        TICK
-                    } else if pass.above {
-                        member.watch.others_read_every()
-                    } else {
-                        FAILOVER * 2
-                    };
+                member.next_pass = now + member.coordinator.pass_interval(pass.short, pass.above, &member.watch);
                 for key in pass.release {
                     member.consumers.remove(&key);
                     member.coordinator.evict(&key).await.unwrap();

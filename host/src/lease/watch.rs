@@ -51,12 +51,20 @@ pub enum FleetChange {
     Changed,
     /// A worker live before is not any more: it died or stopped.
     Departed,
+    /// The same workers, and one of them left leases for the others to take
+    /// ([`super::heartbeat::LeaseNews`]).
+    LeasesFreed,
 }
 
 impl FleetChange {
     /// Whether a take pass is worth doing now.
     pub fn is_change(self) -> bool {
         self != FleetChange::Same
+    }
+
+    /// Whether a worker joined, stopped or died.
+    pub fn is_new_fleet(self) -> bool {
+        matches!(self, FleetChange::Changed | FleetChange::Departed)
     }
 }
 
@@ -77,6 +85,8 @@ pub struct FleetWatch {
     reads_per_second: u32,
     tracker: ExpiryTracker,
     beats: Vec<(String, u64)>,
+    /// The other workers' `leasesFreed`, as last read.
+    freed: BTreeMap<String, u64>,
     fleet: Fleet,
 }
 
@@ -86,7 +96,7 @@ impl FleetWatch {
         let me = me.into();
         let fleet = Fleet { live: BTreeSet::from([me.clone()]), dead: BTreeMap::new() };
         let reads_per_second = DEFAULT_FLEET_READS_PER_SECOND;
-        Self { me, failover_time, reads_per_second, tracker: ExpiryTracker::default(), beats: Vec::new(), fleet }
+        Self { me, failover_time, reads_per_second, tracker: ExpiryTracker::default(), beats: Vec::new(), freed: BTreeMap::new(), fleet }
     }
 
     /// The same, with the workers other than the watchers reading
@@ -129,8 +139,11 @@ impl FleetWatch {
     }
 
     /// Notes a fresh read, and what changed: a take pass is worth doing now
-    /// when a worker joined, stopped or died.
+    /// when a worker joined, stopped or died, or left leases to take.
     pub fn observe(&mut self, heartbeats: &[Heartbeat], now: Instant) -> FleetChange {
+        let freed: BTreeMap<String, u64> = heartbeats.iter().filter(|h| h.worker != self.me).map(|h| (h.worker.clone(), h.leases_freed)).collect();
+        let news = freed.iter().any(|(worker, n)| self.freed.get(worker).is_some_and(|before| before != n));
+        self.freed = freed;
         let beats: Vec<(String, u64)> = heartbeats.iter().map(|h| (h.worker.clone(), h.heartbeat)).collect();
         self.tracker.observe(beats.iter().map(|(w, n)| (w.as_str(), *n)), now);
         let mut fleet = Fleet { live: BTreeSet::from([self.me.clone()]), dead: BTreeMap::new() };
@@ -146,7 +159,11 @@ impl FleetWatch {
         }
         self.beats = beats;
         let change = if fleet.live.is_superset(&self.fleet.live) {
-            if fleet == self.fleet { FleetChange::Same } else { FleetChange::Changed }
+            match (fleet == self.fleet, news) {
+                (false, _) => FleetChange::Changed,
+                (true, true) => FleetChange::LeasesFreed,
+                (true, false) => FleetChange::Same,
+            }
         } else {
             FleetChange::Departed
         };
@@ -218,6 +235,19 @@ mod tests {
         assert_eq!(watch.next_death(), Some(start + Duration::from_secs(26)));
         assert_eq!(watch.observe(&[], start + Duration::from_secs(17)), FleetChange::Departed, "w2 stopped");
         assert_eq!(watch.fleet().live, BTreeSet::from(["me".to_owned()]), "this worker is always live to itself");
+    }
+
+    #[test]
+    fn leases_freed_by_another_worker_are_news_once() {
+        let start = Instant::now();
+        let mut watch = FleetWatch::new("me", FAILOVER);
+        let freed = |n: u64| vec![Heartbeat { leases_freed: n, ..Heartbeat::bare("w2", n + 1) }];
+        assert_eq!(watch.observe(&freed(0), start), FleetChange::Changed, "w2 joined");
+        assert_eq!(watch.observe(&freed(0), start + Duration::from_secs(1)), FleetChange::Same);
+        let news = watch.observe(&freed(1), start + Duration::from_secs(2));
+        assert_eq!(news, FleetChange::LeasesFreed);
+        assert!(news.is_change() && !news.is_new_fleet());
+        assert_eq!(watch.observe(&freed(1), start + Duration::from_secs(3)), FleetChange::Same);
     }
 
     /// A fleet of `n` live workers `w000`.., as worker `me` sees it.

@@ -16,10 +16,14 @@
 //!   this worker's share, after a checkpoint; a watcher in a large fleet
 //!   takes every lease a departed worker left, and gives the excess back a
 //!   read interval later);
-//! - a take pass every two failover times (Java KCL's taker interval), at
-//!   once when a lease is lost, sooner when a lease of an owner without
-//!   heartbeat can expire, when this worker is short of its share, or while
-//!   its heartbeat is overdue;
+//! - a take pass every two failover times (Java KCL's taker interval) —
+//!   rarely while every lease is held by
+//!   a live kcl-host worker, whose heartbeats announce what could change
+//!   that ([`Coordinator::pass_interval`]) — at once when a lease is lost or another worker left leases to
+//!   take ([`LeaseNews`], which this worker writes when it creates leases,
+//!   finishes a shard or gives one back), sooner when a lease of an owner
+//!   without heartbeat can expire, when this worker is short of its share,
+//!   or while its heartbeat is overdue;
 //! - a shard sync every sync interval, on the last pass's read of the table,
 //!   and at once when a shard ends, so children start right after their parents.
 
@@ -43,7 +47,7 @@ use crate::aws::{AwsClients, AwsError};
 use crate::config::WorkerConfig;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
-use crate::lease::heartbeat::HeartbeatTable;
+use crate::lease::heartbeat::{HeartbeatTable, LeaseNews};
 use crate::lease::watch::{self, FleetWatch};
 use crate::lease::{LeaseError, LeaseKey};
 use crate::metrics::Metrics;
@@ -131,6 +135,8 @@ struct Worker {
     control: HeartbeatTable,
     coordinator: Coordinator<DynamoStore>,
     fleet: FleetWatch,
+    /// Leases this worker left for the others, for its heartbeat.
+    news: Arc<LeaseNews>,
     swapper: Arc<Swapper>,
     follower: Follower,
     shards: ShardLoops,
@@ -155,8 +161,6 @@ impl Worker {
     /// reason is returned). Each in its own rhythm: heartbeat reads, take
     /// passes, shard syncs, the rollout, and shard loops that end.
     async fn run_until(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Option<String> {
-        let failover = self.config.take.failover_time;
-        let poll = watch::poll_interval(failover);
         let mut last_read = Instant::now();
         let mut last_pass = Instant::now();
         let mut sync = tokio::time::interval(self.config.shard_sync_interval);
@@ -168,14 +172,7 @@ impl Worker {
             self.health.short_of_share(self.balance.short);
             self.metrics.leases_held(self.shards.len());
             self.metrics.swap_buffer(self.shards.swap_buffer_used());
-            // Java KCL's taker interval: the heartbeats already bring a pass at
-            // once when a worker dies, stops or joins.
-            let next_pass = last_pass
-                + match self.balance {
-                    Balance { short: true, .. } => poll,
-                    Balance { above: true, .. } => self.fleet.others_read_every(),
-                    _ => failover * 2,
-                };
+            let next_pass = last_pass + self.coordinator.pass_interval(self.balance.short, self.balance.above, &self.fleet);
             let take_at = self.coordinator.expiry_due().map_or(next_pass, |due| due.min(next_pass));
             let poll_at = self.fleet.next_read(last_read);
             let canary_due = self.shards.rollout.canary_due();
@@ -248,9 +245,11 @@ impl Worker {
         let read_at = Instant::now();
         self.follower.read(Deployed::in_read(&read));
         let change = self.coordinator.follow_fleet(&mut self.fleet, &read.heartbeats, sent, read_at);
-        if change.is_change() {
+        if change.is_new_fleet() {
             let now = self.fleet.fleet();
             tracing::info!(live = ?now.live, dead = ?now.dead, "the fleet changed");
+        } else if change.is_change() {
+            tracing::debug!("another worker left leases to take");
         }
         for (worker, heartbeat) in self.fleet.forgettable(read_at) {
             if let Err(e) = self.control.forget(&worker, heartbeat).await {
@@ -277,7 +276,10 @@ impl Worker {
             Outcome::Stopped => {
                 // Only a loop given back to balance stops while the worker runs.
                 match self.coordinator.evict(&key).await {
-                    Ok(true) => tracing::info!(shard = %key, "gave the lease back"),
+                    Ok(true) => {
+                        tracing::info!(shard = %key, "gave the lease back");
+                        self.news.freed();
+                    }
                     Ok(false) => tracing::warn!(shard = %key, "did not give the lease back: another worker had taken it already"),
                     Err(e) => tracing::warn!(shard = %key, "could not give the lease back (it will expire): {e}"),
                 }
@@ -295,6 +297,8 @@ impl Worker {
                 self.shards.shard_ended(&key);
                 self.shards.tell(&self.swapper);
                 self.coordinator.finished(&key);
+                // Its children are ready for whichever worker has room.
+                self.news.freed();
                 self.summary.finished.push(key.to_string());
                 // Children become ready the moment a parent ends: sync and take now.
                 self.sync_shards().await;
@@ -304,8 +308,10 @@ impl Worker {
     }
 
     async fn sync_shards(&mut self) {
-        if let Err(e) = sync_shards(&self.config, &self.clients, &self.store, self.coordinator.leases()).await {
-            tracing::warn!("shard sync failed: {e}");
+        match sync_shards(&self.config, &self.clients, &self.store, self.coordinator.leases()).await {
+            Ok(true) => self.news.freed(),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("shard sync failed: {e}"),
         }
     }
 

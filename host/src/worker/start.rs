@@ -20,7 +20,7 @@ use crate::failure::DeadLetters;
 use crate::fanout;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
-use crate::lease::heartbeat::HeartbeatTable;
+use crate::lease::heartbeat::{HeartbeatTable, LeaseNews};
 use crate::lease::watch::{self, FleetWatch};
 use crate::lease::LeaseStore;
 use crate::metrics::Metrics;
@@ -55,6 +55,7 @@ impl Worker {
         check_unique(&control, &me, &read, failover).await?;
         // Others see this worker (and may give it leases) from its first beat on.
         let retrying = Arc::new(RetryBoard::default());
+        let news = Arc::new(LeaseNews::default());
         let heartbeat = Beat {
             control: control.clone(),
             me: me.clone(),
@@ -62,6 +63,7 @@ impl Worker {
             swapper: swapper.clone(),
             cover: coordinator.cover(),
             retrying: retrying.clone(),
+            news: news.clone(),
         };
         heartbeat.once(true).await?;
         let mut fleet = FleetWatch::new(&me, failover).with_fleet_reads(config.fleet_heartbeat_reads);
@@ -123,6 +125,7 @@ impl Worker {
             control,
             coordinator,
             fleet,
+            news,
             swapper,
             follower,
             shards,
@@ -138,7 +141,9 @@ impl Worker {
             taken_over,
         };
         let leases = worker.store.list().await?;
-        sync_shards(&worker.config, &worker.clients, &worker.store, &leases).await?;
+        if sync_shards(&worker.config, &worker.clients, &worker.store, &leases).await? {
+            worker.news.freed();
+        }
         worker.balance = worker.shards.apply(worker.coordinator.take_pass().await?);
         tracing::info!(leases = worker.shards.len(), "first lease pass done in {:?}", started.elapsed());
         Ok(worker)

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::WorkerError;
 use crate::aws::{AwsClients, AwsError, Service};
 use crate::config::WorkerConfig;
-use crate::lease::heartbeat::{ControlRead, HeartbeatTable};
+use crate::lease::heartbeat::{ControlRead, HeartbeatTable, LeaseNews};
 use crate::lease::watch;
 use crate::failure::retrying::RetryBoard;
 use crate::lease::coordinator::{HeldLease, LeaseCover, Renewer};
@@ -35,6 +35,8 @@ pub(super) struct Beat {
     pub(super) cover: LeaseCover<DynamoStore>,
     /// Its shards retrying failed records.
     pub(super) retrying: Arc<RetryBoard>,
+    /// Leases it left for the others, written at once.
+    pub(super) news: Arc<LeaseNews>,
 }
 
 impl Beat {
@@ -45,6 +47,7 @@ impl Beat {
         let sent = Instant::now();
         let mut report = self.swapper.current().report();
         report.extend(self.retrying.report());
+        report.push(self.news.report());
         let counter = self.control.beat(&self.me, &self.process, claim, &report).await?;
         if let Some(counter) = counter {
             self.cover.heartbeat_written(sent, counter);
@@ -53,14 +56,18 @@ impl Beat {
     }
 
     /// Writes the heartbeat every `period` — and `retry` after a write that
-    /// failed, so the leases are valid again soon after DynamoDB is back —
-    /// until aborted. No renewal ever delays it, and no write takes longer
-    /// than a period. Ends, saying why, if another process takes the
-    /// worker id over.
+    /// failed, so the leases are valid again soon after DynamoDB is back;
+    /// at once when there is [`LeaseNews`] — until aborted. No renewal ever
+    /// delays it, and no write takes longer than a period. Ends, saying
+    /// why, if another process takes the worker id over.
     pub(super) async fn every(self, period: Duration, retry: Duration) -> String {
         let mut next = Instant::now() + period;
         loop {
-            tokio::time::sleep_until(next).await;
+            // News goes out at once, and the beats due keep their times.
+            let due = tokio::select! {
+                () = tokio::time::sleep_until(next) => next + period,
+                () = self.news.written.notified() => next,
+            };
             // At most a period each: a write hung in an outage must not hold the
             // next one back once DynamoDB answers again.
             let written = tokio::time::timeout(period, self.once(false)).await;
@@ -69,7 +76,7 @@ impl Beat {
                 operation: "UpdateItem (heartbeat)",
                 message: format!("no answer within {period:?}"),
             }))) {
-                Ok(true) => next + period,
+                Ok(true) => due,
                 Ok(false) => {
                     return format!(
                         "another process took over worker id `{}` (its heartbeat row is no longer this one's): \
@@ -125,13 +132,14 @@ pub(super) async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, metrics: Arc
 }
 
 /// Lists the stream's shards, creates the leases that are missing, and
-/// deletes finished leases whose children have all started.
+/// deletes finished leases whose children have all started. `true` when it
+/// created a lease.
 pub(super) async fn sync_shards<S: LeaseStore>(
     config: &WorkerConfig,
     clients: &AwsClients,
     store: &Arc<S>,
     leases: &[Lease],
-) -> Result<(), WorkerError> {
+) -> Result<bool, WorkerError> {
     let shards = shard::list_shards(&clients.kinesis, &config.stream).await?;
     // Leases whose parents are not new are written all at once; a new
     // child only after its new parents, so no child is ever without them.
@@ -143,22 +151,25 @@ pub(super) async fn sync_shards<S: LeaseStore>(
         let store = store.clone();
         creates.spawn(async move { store.create(&lease).await.map(|created| (created, lease)) });
     }
+    let mut any = false;
     while let Some(created) = creates.join_next().await {
-        log_created(created.expect("a create does not panic")?);
+        any |= log_created(created.expect("a create does not panic")?);
     }
     for lease in dependent {
-        log_created((store.create(&lease).await?, lease));
+        any |= log_created((store.create(&lease).await?, lease));
     }
     for key in shard::plan_cleanup(leases) {
         if store.delete_finished(&key).await? {
             tracing::info!(shard = %key, "deleted the finished lease: every child has started");
         }
     }
-    Ok(())
+    Ok(any)
 }
 
-fn log_created((created, lease): (bool, Lease)) {
+/// Logs a lease this worker created (not one another worker had already); returns whether it did.
+fn log_created((created, lease): (bool, Lease)) -> bool {
     if created {
         tracing::info!(shard = %lease.key, checkpoint = %lease.checkpoint, parents = ?lease.parents, "created lease");
     }
+    created
 }

@@ -14,11 +14,18 @@ use super::renewer::{lock, HeldMap};
 pub use super::renewer::{LeaseCover, Renewer};
 use super::heartbeat::Heartbeat;
 use super::rules::{self, ExpiryTracker, Fleet, TakeSettings, View};
-use super::watch::{FleetChange, FleetWatch};
+use super::watch::{poll_interval, FleetChange, FleetWatch};
 use super::{Lease, LeaseError, LeaseKey, LeaseStore};
 
 mod take;
 pub use take::TakePass;
+
+/// Take passes come every this many failover times while the table is
+/// [`Coordinator::settled`]: a lease scan reads the whole table, and at
+/// 10,000 leases scans every two failover times were most of the DynamoDB
+/// bill. A safety net only: what changes a settled table is announced in
+/// the heartbeats.
+pub const SETTLED_PASS_EVERY: u32 = 12;
 
 /// Takes, renews and releases this worker's leases.
 pub struct Coordinator<S> {
@@ -45,6 +52,8 @@ pub struct Coordinator<S> {
     waiting_logged: HashSet<LeaseKey>,
     /// The next pass covers a worker that died or stopped.
     cover: bool,
+    /// Whether the last pass found the table [`Self::settled`].
+    was_settled: bool,
 }
 
 impl<S: LeaseStore> Coordinator<S> {
@@ -67,6 +76,7 @@ impl<S: LeaseStore> Coordinator<S> {
             next_id: 0,
             waiting_logged: HashSet::new(),
             cover: false,
+            was_settled: false,
         }
     }
 
@@ -141,6 +151,50 @@ impl<S: LeaseStore> Coordinator<S> {
             .filter_map(|l| self.tracker.stale_at(&l.key, l.counter, self.settings.failover_time))
             .filter(|at| *at > Instant::now())
             .min()
+    }
+
+    /// Whether the last pass found every lease finished or held by a live
+    /// kcl-host worker: then nothing can come up to take that the fleet's
+    /// heartbeats would not announce (a worker that dies, stops or joins, or
+    /// leaves leases to take), and take passes may be rare.
+    pub fn settled(&self) -> bool {
+        let held_by_live = |owner: &str| owner == self.worker_id || self.fleet.live.contains(owner);
+        self.leases.iter().all(|l| l.is_finished() || l.owner.as_deref().is_some_and(held_by_live))
+    }
+
+    /// Says when the table became [`Self::settled`] or stopped being so:
+    /// how often this worker scans it changes then.
+    fn note_settled(&mut self) {
+        let settled = self.settled();
+        if settled == self.was_settled {
+            return;
+        }
+        self.was_settled = settled;
+        let failover = self.settings.failover_time;
+        if settled {
+            tracing::info!("every lease is held by a live kcl-host worker: scanning the lease table every {:?}, and at once when the heartbeats show a change", failover * SETTLED_PASS_EVERY);
+        } else {
+            tracing::info!("a lease is free or held by a worker without a heartbeat: scanning the lease table every {:?}", failover * 2);
+        }
+    }
+
+    /// The time from one take pass to the next, unless the heartbeats bring
+    /// one sooner (a worker that died, stopped, joined or freed leases): a
+    /// read interval while the last pass left this worker `short` of its
+    /// share; the others' read interval while `above` it (the excess goes
+    /// back once they know); two failover times (Java KCL's taker interval);
+    /// or [`SETTLED_PASS_EVERY`] failover times while [`Self::settled`].
+    pub fn pass_interval(&self, short: bool, above: bool, watch: &FleetWatch) -> Duration {
+        let failover = self.settings.failover_time;
+        if short {
+            poll_interval(failover)
+        } else if above {
+            watch.others_read_every()
+        } else if self.settled() {
+            failover * SETTLED_PASS_EVERY
+        } else {
+            failover * 2
+        }
     }
 
     /// The earliest moment a lease the last pass saw could expire: a take

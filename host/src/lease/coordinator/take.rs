@@ -66,6 +66,7 @@ impl<S: LeaseStore> Coordinator<S> {
             let release = if cover { Vec::new() } else { self.plan_release(&leases) };
             let held = self.held_keys();
             let above = rules::above_target(&leases, &self.view(&held, Instant::now()), &self.settings);
+            self.note_settled();
             return Ok(TakePass { taken, release, short, above });
         }
         Ok(TakePass::cut_short(taken))
@@ -103,6 +104,10 @@ impl<S: LeaseStore> Coordinator<S> {
             let (result, lease, stealing, sent) = attempt.expect("a take does not panic");
             match result {
                 Ok(Some(updated)) => {
+                    // The table as this worker now knows it, for `settled`.
+                    if let Some(read) = self.leases.iter_mut().find(|l| l.key == updated.key) {
+                        *read = updated.clone();
+                    }
                     if stealing {
                         tracing::info!(shard = %lease.key, from = ?lease.owner, "stole a lease to balance the load");
                     }

@@ -256,3 +256,29 @@ async fn a_worker_above_its_share_releases_to_a_heartbeating_newcomer() {
     assert_eq!(pass.taken.len(), 2, "the released two, without stealing");
     assert!(a.take_pass().await.unwrap().taken.is_empty() && a.take_pass().await.unwrap().release.is_empty(), "balanced");
 }
+
+#[tokio::test]
+async fn passes_are_rare_only_while_every_lease_is_held_by_a_live_kcl_host_worker() {
+    let store = table(&["s0", "s1"]).await;
+    let settings = TakeSettings::default();
+    let failover = settings.failover_time;
+    let mut a = Coordinator::new(store.clone(), "a", settings);
+    let watch = FleetWatch::new("a", failover);
+    a.set_fleet(Fleet { live: ["a".to_owned(), "b".to_owned()].into(), dead: Default::default() });
+    let mine = a.take_pass().await.unwrap().taken.pop().unwrap().key().to_owned();
+    assert!(!a.settled(), "a lease nobody holds");
+    assert_eq!(a.pass_interval(false, false, &watch), failover * 2);
+    // Live b takes the other: every lease held by a live kcl-host worker.
+    let other = if &*mine == "s0" { "s1" } else { "s0" };
+    store.take(&store.get(other).unwrap(), "b", None).await.unwrap().unwrap();
+    a.take_pass().await.unwrap();
+    assert!(a.settled());
+    assert_eq!(a.pass_interval(false, false, &watch), failover * SETTLED_PASS_EVERY);
+    assert_eq!(a.pass_interval(true, false, &watch), poll_interval(failover), "short of its share: every read interval");
+    // An owner without a heartbeat row (Java KCL, or a worker that died):
+    // its lease may expire or be stolen back, which no heartbeat announces.
+    a.set_fleet(Fleet { live: ["a".to_owned()].into(), dead: Default::default() });
+    a.take_pass().await.unwrap();
+    assert!(!a.settled());
+    assert_eq!(a.pass_interval(false, false, &watch), failover * 2);
+}
