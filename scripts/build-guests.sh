@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every guest as a component into examples/build/: the Rust examples
 # and test guests (wasm32-wasip2) as <name>.wasm, the Go examples (Go 1.27,
-# see scripts/build-go.sh) as go-<name>.wasm.
+# see scripts/build-go.sh) as go-<name>.wasm, the Python examples
+# (componentize-py, see scripts/build-python.sh) as py-<name>.wasm.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -40,6 +41,10 @@ cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_2.wasm" examples/build/
 for g in counter json-aggregate totals; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done
+for g in counter json-aggregate; do
+  bash scripts/build-python.sh "examples/python/$g" "examples/build/py-$g.wasm" >/dev/null
+done
+bash scripts/build-python.sh tests/python/faulty examples/build/py-faulty.wasm >/dev/null
 # Stamp each Rust guest with its package's name and version, as any
 # processor's build can (`wasm-tools metadata add`): kcl-host shows them
 # beside the hash in its logs, metrics and exit line.

@@ -1,4 +1,4 @@
-//! `kcl-host init NAME --lang rust|go`: a processor project that builds and
+//! `kcl-host init NAME --lang rust|go|python`: a processor project that builds and
 //! replays as created — a processor that parses records as JSON, logs and
 //! checkpoints; a sample `records.jsonl`; a README with build → replay →
 //! run. The SDK and its build scripts are copied into the project's `kcl/`
@@ -15,6 +15,8 @@ pub enum Lang {
     Rust,
     /// A Go module built with Go's `wasip1` port and wrapped as a component.
     Go,
+    /// A Python app built with componentize-py (CPython inside the component).
+    Python,
 }
 
 /// Why a project could not be made.
@@ -49,10 +51,14 @@ const GO: [(&str, &str); 3] = [
     ("main.go", include_str!("../templates/go/main.go")),
     ("README.md", include_str!("../templates/go/README.md")),
 ];
+const PYTHON: [(&str, &str); 2] = [
+    ("app.py", include_str!("../templates/python/app.py")),
+    ("README.md", include_str!("../templates/python/README.md")),
+];
 
 /// The SDKs, the WIT and the Go build scripts, as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 31] = [
+const BUNDLE: [(&str, &str); 35] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -84,6 +90,10 @@ const BUNDLE: [(&str, &str); 31] = [
     ("guest-sdk/go/internal/wit/imports/kcl_processor_types/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_types/empty.s")),
     ("scripts/build-go.sh", include_str!("../../scripts/build-go.sh")),
     ("scripts/go-toolchain.sh", include_str!("../../scripts/go-toolchain.sh")),
+    ("guest-sdk/python/kcl/__init__.py", include_str!("../../guest-sdk/python/kcl/__init__.py")),
+    ("guest-sdk/python/README.md", include_str!("../../guest-sdk/python/README.md")),
+    ("scripts/build-python.sh", include_str!("../../scripts/build-python.sh")),
+    ("scripts/python-toolchain.sh", include_str!("../../scripts/python-toolchain.sh")),
 ];
 
 /// Where the bundle goes, inside the project.
@@ -134,6 +144,7 @@ pub fn create(dir: &Path, lang: Lang, sdk: Sdk<'_>) -> Result<Vec<PathBuf>, Init
     let files: &[(&str, &str)] = match lang {
         Lang::Rust => &RUST,
         Lang::Go => &GO,
+        Lang::Python => &PYTHON,
     };
     let sdk_path = match sdk {
         // Relative, so the project can move; `./` as Go's `replace` wants.
@@ -190,7 +201,9 @@ mod tests {
         while let Some(dir) = walk.pop() {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
-                if path.is_dir() {
+                if path.ends_with("__pycache__") {
+                    // Python's byte-code cache, written by a build: not a source.
+                } else if path.is_dir() {
                     walk.push(path);
                 } else {
                     on_disk.push(path.strip_prefix(checkout).unwrap().display().to_string());

@@ -70,15 +70,25 @@ fn a_rust_project_builds_and_replays_as_created() {
     assert_replays(&target.join("wasm32-wasip2/release/orders_totals.wasm"), &project);
 }
 
-#[test]
-fn a_go_project_builds_and_replays_as_created() {
+/// A project of `lang` built with the build script the project carries in
+/// `kcl/scripts`, which installs its tools into kcl/tools on first use:
+/// here, the ones the test run installed.
+fn script_built_project_replays(lang: &str, script: &str) {
     let dir = tempfile::tempdir().unwrap();
-    kcl_host(&["init", "orders-totals", "--lang", "go"], dir.path());
+    kcl_host(&["init", "orders-totals", "--lang", lang], dir.path());
     let project = dir.path().join("orders-totals");
-    // The project's own build script installs Go, wasm-tools and the adapter
-    // into kcl/tools on first use: here, the ones the test run installed.
     let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools");
     std::os::unix::fs::symlink(tools.canonicalize().unwrap(), project.join("kcl/tools")).unwrap();
-    run(Command::new("bash").args(["kcl/scripts/build-go.sh", ".", "orders-totals.wasm"]).current_dir(&project));
+    run(Command::new("bash").args([&format!("kcl/scripts/{script}"), ".", "orders-totals.wasm"]).current_dir(&project));
     assert_replays(&project.join("orders-totals.wasm"), &project);
+}
+
+#[test]
+fn a_go_project_builds_and_replays_as_created() {
+    script_built_project_replays("go", "build-go.sh");
+}
+
+#[test]
+fn a_python_project_builds_and_replays_as_created() {
+    script_built_project_replays("python", "build-python.sh");
 }

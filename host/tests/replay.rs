@@ -28,7 +28,7 @@ fn replay_file(processor: &str, input: &str, args: &[&str]) -> (i32, String, Str
 
 #[test]
 fn every_example_replays_the_sample() {
-    for example in ["noop", "counter", "json-aggregate", "go-counter", "go-json-aggregate"] {
+    for example in ["noop", "counter", "json-aggregate", "go-counter", "go-json-aggregate", "py-counter", "py-json-aggregate"] {
         let (code, stdout, stderr) = replay(example, &["--batch-size", "2"]);
         assert_eq!(code, 0, "{example}:\n{stdout}\n{stderr}");
         assert!(stdout.contains("replayed 5 records in 3 batches"), "{example}: {stdout}");
@@ -86,7 +86,7 @@ fn json_logs_are_one_object_per_line_with_the_shard_as_a_field() {
 
 #[test]
 fn the_aggregates_checkpoint_each_batch_and_total_per_user() {
-    for example in ["json-aggregate", "go-json-aggregate"] {
+    for example in ["json-aggregate", "go-json-aggregate", "py-json-aggregate"] {
         check_aggregate(example);
     }
 }
@@ -179,4 +179,21 @@ fn replay_prints_what_is_sent_to_a_target_nobody_declared() {
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let printed: Vec<&str> = stdout.lines().filter(|l| l.starts_with("out {")).collect();
     assert_eq!(printed.len(), 2, "each record printed under the name it was sent to: {stdout}");
+}
+
+/// The Python SDK: `print` reaches the log, an unplanned exception is a
+/// fatal error with its traceback, `kcl.FailedAt` names its record.
+#[test]
+fn a_python_exception_is_fatal_with_its_traceback_and_print_reaches_the_log() {
+    let input = std::env::temp_dir().join(format!("kcl-host-py-{}.jsonl", std::process::id()));
+    for (last, expected) in [("crash", "KeyError: 'no such key'"), ("fail", "asked to fail at 2")] {
+        std::fs::write(&input, format!("{{\"data\": \"a\", \"sequence_number\": \"1\"}}\n{{\"data\": \"{last}\", \"sequence_number\": \"2\"}}\n")).unwrap();
+        let (code, stdout, stderr) = replay_file("py-faulty", input.to_str().unwrap(), &[]);
+        assert_ne!(code, 0, "{stdout}\n{stderr}");
+        assert!(stderr.contains("kcl_host::guest: saw 1 a"), "print reaches the log: {stderr}");
+        assert!(format!("{stdout}{stderr}").contains(expected), "{stdout}\n{stderr}");
+    }
+    std::fs::write(&input, "{\"data\": \"crash\"}\n").unwrap();
+    let (_, _, stderr) = replay_file("py-faulty", input.to_str().unwrap(), &[]);
+    assert!(stderr.contains("Traceback (most recent call last)"), "the traceback is logged: {stderr}");
 }

@@ -76,7 +76,8 @@ pub enum Command {
     /// Make a processor project that builds and replays as created.
     #[command(after_help = "Examples:\n  \
         kcl-host init orders-totals --lang rust\n  \
-        kcl-host init orders-totals --lang go")]
+        kcl-host init orders-totals --lang go\n  \
+        kcl-host init orders-totals --lang python")]
     Init(InitArgs),
 }
 
