@@ -58,6 +58,15 @@ async fn instance(processor: &Processor, shard_id: &str) -> ShardInstance {
 
 const SHARD: &str = "shardId-000000000000";
 
+/// Private pages of this process (clean and dirty), from smaps_rollup.
+fn private_bytes() -> usize {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+    let kib = |field: &str| -> usize {
+        rollup.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    };
+    (kib("Private_Clean:") + kib("Private_Dirty:")) * 1024
+}
+
 fn resident_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
     let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -66,22 +75,34 @@ fn resident_bytes() -> usize {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let runtime = Runtime::new(RuntimeConfig { cache_dir: None, max_instances: IDLE_INSTANCES as u32 + 8, ..Default::default() }).unwrap();
+    // The tests' compile cache: compiling the Python component takes minutes in a debug build.
+    let config = RuntimeConfig { cache_dir: Some(kcl_testkit::test_cache_dir()), max_instances: IDLE_INSTANCES as u32 + 8, ..Default::default() };
+    let runtime = Runtime::new(config).unwrap();
     let noop = rt.block_on(Processor::load(&runtime, &guest("noop"))).unwrap();
     let aggregate = rt.block_on(Processor::load(&runtime, &guest("json-aggregate"))).unwrap();
     let go_aggregate = rt.block_on(Processor::load(&runtime, &guest("go-json-aggregate"))).unwrap();
+    let py_aggregate = rt.block_on(Processor::load(&runtime, &guest("py-json-aggregate"))).unwrap();
     // The same work through the 0.1 contract (a list of records), side by side.
     let legacy = rt.block_on(Processor::load(&runtime, &guest("legacy-v0.1"))).unwrap();
     println!("contract: go-json-aggregate {}, legacy-v0.1 {}", go_aggregate.contract_version(), legacy.contract_version());
-    for name in ["noop", "json-aggregate", "go-json-aggregate"] {
+    for name in ["noop", "json-aggregate", "go-json-aggregate", "py-json-aggregate"] {
         println!("component-size/{name}: {} KiB", std::fs::metadata(guest(name)).unwrap().len() / 1024);
     }
     let mut batch = batch();
 
-    // Idle memory: resident growth over many initialized instances (fewer
-    // Go ones: each carries the Go runtime's heap).
-    for (name, processor, count) in [("noop", &noop, IDLE_INSTANCES), ("json-aggregate", &aggregate, IDLE_INSTANCES), ("go-json-aggregate", &go_aggregate, 100)] {
-        let before = resident_bytes();
+    // Idle memory: resident and private growth over many initialized
+    // instances (fewer Go and Python ones: each carries its runtime's heap;
+    // pages shared copy-on-write from the compiled image are resident but
+    // not private).
+    let idle = [
+        ("noop", &noop, IDLE_INSTANCES),
+        ("json-aggregate", &aggregate, IDLE_INSTANCES),
+        ("go-json-aggregate", &go_aggregate, 100),
+        ("py-json-aggregate", &py_aggregate, 100),
+    ];
+    for (name, processor, count) in idle {
+        let (before, private_before) = (resident_bytes(), private_bytes());
+        let started = std::time::Instant::now();
         let instances: Vec<_> = rt.block_on(async {
             let mut all = Vec::new();
             for _ in 0..count {
@@ -89,8 +110,14 @@ fn main() {
             }
             all
         });
+        let took = started.elapsed() / count as u32;
         let per_instance = (resident_bytes() - before) / count;
-        println!("idle-memory/{name}: {} KiB resident per instance ({count} instances)", per_instance / 1024);
+        let private = (private_bytes() - private_before) / count;
+        println!(
+            "idle-memory/{name}: {} KiB resident, {} KiB private per instance ({count} instances, {took:?} each to instantiate and initialize)",
+            per_instance / 1024,
+            private / 1024
+        );
         drop(instances);
     }
 
@@ -103,6 +130,7 @@ fn main() {
         ("json-aggregate", &aggregate, SHARD),
         ("json-aggregate-v0.1", &legacy, SHARD),
         ("go-json-aggregate", &go_aggregate, SHARD),
+        ("py-json-aggregate", &py_aggregate, SHARD),
     ];
     for (name, processor, shard_id) in runs {
         let mut instance = rt.block_on(instance(processor, shard_id));
@@ -122,7 +150,7 @@ fn main() {
 
     // Each instance is dropped inside the iteration: its pooling slot (and
     // fiber) must be free again for the next.
-    for (name, processor) in [("noop", &noop), ("go-json-aggregate", &go_aggregate)] {
+    for (name, processor) in [("noop", &noop), ("go-json-aggregate", &go_aggregate), ("py-json-aggregate", &py_aggregate)] {
         c.bench_function(&format!("instantiate-and-drop/{name}"), |b| {
             b.iter(|| drop(rt.block_on(processor.instantiate("shardId-000000000000", Box::new(Discard), None)).unwrap()))
         });
