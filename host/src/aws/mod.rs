@@ -9,18 +9,17 @@
 //! DynamoDB throttling) is retried by the SDK's standard retry strategy with
 //! jittered exponential backoff.
 
-use std::collections::BTreeMap;
 use std::error::Error as StdError;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, ConfigLoader, Region};
 use aws_credential_types::provider::error::CredentialsError;
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::error::{BoxError, ProvideErrorMetadata, SdkError};
+
+mod requests;
+pub use requests::RequestCounts;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
 /// Longest one attempt of a Kinesis or DynamoDB call may take (GetRecords
 /// answers within a few seconds; a lease write within milliseconds).
@@ -78,38 +77,6 @@ pub struct AwsClients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// Every request both clients sent.
     pub requests: RequestCounts,
-}
-
-/// Requests sent, by service and operation (`DynamoDB.Scan`), every attempt
-/// counted: what the services bill and throttle.
-#[derive(Clone, Debug, Default)]
-pub struct RequestCounts(Arc<Mutex<BTreeMap<String, u64>>>);
-
-impl RequestCounts {
-    /// Requests sent so far, per `service operation`.
-    pub fn snapshot(&self) -> BTreeMap<String, u64> {
-        self.0.lock().expect("not poisoned").clone()
-    }
-}
-
-impl Intercept for RequestCounts {
-    fn name(&self) -> &'static str {
-        "RequestCounts"
-    }
-
-    fn read_before_transmit(
-        &self,
-        context: &BeforeTransmitInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        // Both services speak AWS JSON: `X-Amz-Target: Kinesis_20131202.GetRecords`.
-        let target = context.request().headers().get("x-amz-target").unwrap_or("unknown.unknown");
-        let (service, operation) = target.split_once('.').unwrap_or((target, ""));
-        let service = service.split('_').next().unwrap_or(service);
-        *self.0.lock().expect("not poisoned").entry(format!("{service}.{operation}")).or_default() += 1;
-        Ok(())
-    }
 }
 
 /// An AWS call that failed, named for what the operator should fix.
