@@ -75,23 +75,24 @@ fn resident_bytes() -> usize {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    // The tests' compile cache: compiling the Python component takes minutes in a debug build.
+    // The tests' compile cache: the Python and JavaScript components are the slow ones to compile.
     let config = RuntimeConfig { cache_dir: Some(kcl_testkit::test_cache_dir()), max_instances: IDLE_INSTANCES as u32 + 8, ..Default::default() };
     let runtime = Runtime::new(config).unwrap();
     let noop = rt.block_on(Processor::load(&runtime, &guest("noop"))).unwrap();
     let aggregate = rt.block_on(Processor::load(&runtime, &guest("json-aggregate"))).unwrap();
     let go_aggregate = rt.block_on(Processor::load(&runtime, &guest("go-json-aggregate"))).unwrap();
     let py_aggregate = rt.block_on(Processor::load(&runtime, &guest("py-json-aggregate"))).unwrap();
+    let js_aggregate = rt.block_on(Processor::load(&runtime, &guest("js-json-aggregate"))).unwrap();
     // The same work through the 0.1 contract (a list of records), side by side.
     let legacy = rt.block_on(Processor::load(&runtime, &guest("legacy-v0.1"))).unwrap();
     println!("contract: go-json-aggregate {}, legacy-v0.1 {}", go_aggregate.contract_version(), legacy.contract_version());
-    for name in ["noop", "json-aggregate", "go-json-aggregate", "py-json-aggregate"] {
+    for name in ["noop", "json-aggregate", "go-json-aggregate", "py-json-aggregate", "js-json-aggregate"] {
         println!("component-size/{name}: {} KiB", std::fs::metadata(guest(name)).unwrap().len() / 1024);
     }
     let mut batch = batch();
 
     // Idle memory: resident and private growth over many initialized
-    // instances (fewer Go and Python ones: each carries its runtime's heap;
+    // instances (fewer Go, Python and JavaScript ones: each carries its runtime's heap;
     // pages shared copy-on-write from the compiled image are resident but
     // not private).
     let idle = [
@@ -99,6 +100,7 @@ fn main() {
         ("json-aggregate", &aggregate, IDLE_INSTANCES),
         ("go-json-aggregate", &go_aggregate, 100),
         ("py-json-aggregate", &py_aggregate, 100),
+        ("js-json-aggregate", &js_aggregate, 100),
     ];
     for (name, processor, count) in idle {
         let (before, private_before) = (resident_bytes(), private_bytes());
@@ -131,6 +133,7 @@ fn main() {
         ("json-aggregate-v0.1", &legacy, SHARD),
         ("go-json-aggregate", &go_aggregate, SHARD),
         ("py-json-aggregate", &py_aggregate, SHARD),
+        ("js-json-aggregate", &js_aggregate, SHARD),
     ];
     for (name, processor, shard_id) in runs {
         let mut instance = rt.block_on(instance(processor, shard_id));
@@ -150,7 +153,7 @@ fn main() {
 
     // Each instance is dropped inside the iteration: its pooling slot (and
     // fiber) must be free again for the next.
-    for (name, processor) in [("noop", &noop), ("go-json-aggregate", &go_aggregate), ("py-json-aggregate", &py_aggregate)] {
+    for (name, processor) in [("noop", &noop), ("go-json-aggregate", &go_aggregate), ("py-json-aggregate", &py_aggregate), ("js-json-aggregate", &js_aggregate)] {
         c.bench_function(&format!("instantiate-and-drop/{name}"), |b| {
             b.iter(|| drop(rt.block_on(processor.instantiate("shardId-000000000000", Box::new(Discard), None)).unwrap()))
         });

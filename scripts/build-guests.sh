@@ -2,7 +2,8 @@
 # Builds every guest as a component into examples/build/: the Rust examples
 # and test guests (wasm32-wasip2) as <name>.wasm, the Go examples (Go 1.27,
 # see scripts/build-go.sh) as go-<name>.wasm, the Python examples
-# (componentize-py, see scripts/build-python.sh) as py-<name>.wasm.
+# (componentize-py, see scripts/build-python.sh) as py-<name>.wasm, the
+# JavaScript ones (componentize-js, see scripts/build-js.sh) as js-<name>.wasm.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -45,6 +46,10 @@ for g in counter json-aggregate; do
   bash scripts/build-python.sh "examples/python/$g" "examples/build/py-$g.wasm" >/dev/null
 done
 bash scripts/build-python.sh tests/python/faulty examples/build/py-faulty.wasm >/dev/null
+for g in counter json-aggregate enrich; do
+  bash scripts/build-js.sh "examples/js/$g" "examples/build/js-$g.wasm" >/dev/null
+done
+bash scripts/build-js.sh tests/js/faulty examples/build/js-faulty.wasm >/dev/null
 # Stamp each Rust guest with its package's name and version, as any
 # processor's build can (`wasm-tools metadata add`): kcl-host shows them
 # beside the hash in its logs, metrics and exit line.

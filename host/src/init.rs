@@ -1,4 +1,4 @@
-//! `kcl-host init NAME --lang rust|go|python`: a processor project that builds and
+//! `kcl-host init NAME --lang rust|go|python|js`: a processor project that builds and
 //! replays as created — a processor that parses records as JSON, logs and
 //! checkpoints; a sample `records.jsonl`; a README with build → replay →
 //! run. The SDK and its build scripts are copied into the project's `kcl/`
@@ -17,6 +17,8 @@ pub enum Lang {
     Go,
     /// A Python app built with componentize-py (CPython inside the component).
     Python,
+    /// A JavaScript app built with componentize-js (SpiderMonkey inside the component).
+    Js,
 }
 
 /// Why a project could not be made.
@@ -55,10 +57,14 @@ const PYTHON: [(&str, &str); 2] = [
     ("app.py", include_str!("../templates/python/app.py")),
     ("README.md", include_str!("../templates/python/README.md")),
 ];
+const JS: [(&str, &str); 2] = [
+    ("app.js", include_str!("../templates/js/app.js")),
+    ("README.md", include_str!("../templates/js/README.md")),
+];
 
-/// The SDKs, the WIT and the Go build scripts, as a project's `kcl/` holds
+/// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 35] = [
+const BUNDLE: [(&str, &str); 42] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -94,6 +100,13 @@ const BUNDLE: [(&str, &str); 35] = [
     ("guest-sdk/python/README.md", include_str!("../../guest-sdk/python/README.md")),
     ("scripts/build-python.sh", include_str!("../../scripts/build-python.sh")),
     ("scripts/python-toolchain.sh", include_str!("../../scripts/python-toolchain.sh")),
+    ("guest-sdk/js/kcl.js", include_str!("../../guest-sdk/js/kcl.js")),
+    ("guest-sdk/js/kcl.d.ts", include_str!("../../guest-sdk/js/kcl.d.ts")),
+    ("guest-sdk/js/README.md", include_str!("../../guest-sdk/js/README.md")),
+    ("scripts/build-js.sh", include_str!("../../scripts/build-js.sh")),
+    ("scripts/js-toolchain.sh", include_str!("../../scripts/js-toolchain.sh")),
+    ("tools/js/package.json", include_str!("../../tools/js/package.json")),
+    ("tools/js/package-lock.json", include_str!("../../tools/js/package-lock.json")),
 ];
 
 /// Where the bundle goes, inside the project.
@@ -145,6 +158,7 @@ pub fn create(dir: &Path, lang: Lang, sdk: Sdk<'_>) -> Result<Vec<PathBuf>, Init
         Lang::Rust => &RUST,
         Lang::Go => &GO,
         Lang::Python => &PYTHON,
+        Lang::Js => &JS,
     };
     let sdk_path = match sdk {
         // Relative, so the project can move; `./` as Go's `replace` wants.

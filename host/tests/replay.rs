@@ -28,7 +28,7 @@ fn replay_file(processor: &str, input: &str, args: &[&str]) -> (i32, String, Str
 
 #[test]
 fn every_example_replays_the_sample() {
-    for example in ["noop", "counter", "json-aggregate", "go-counter", "go-json-aggregate", "py-counter", "py-json-aggregate"] {
+    for example in ["noop", "counter", "json-aggregate", "go-counter", "go-json-aggregate", "py-counter", "py-json-aggregate", "js-counter", "js-json-aggregate"] {
         let (code, stdout, stderr) = replay(example, &["--batch-size", "2"]);
         assert_eq!(code, 0, "{example}:\n{stdout}\n{stderr}");
         assert!(stdout.contains("replayed 5 records in 3 batches"), "{example}: {stdout}");
@@ -66,6 +66,28 @@ fn a_kpl_aggregate_replays_as_its_user_records() {
     assert!(records[0].starts_with("7 k one") && records[2].starts_with("7 k three") && records[3].starts_with("8 "), "{records:?}");
 }
 
+/// The host cuts a batch's string columns at UTF-8 byte offsets; an SDK that
+/// cut them as its own string indices would misplace every key after a
+/// non-ASCII one.
+#[test]
+fn every_sdk_reads_non_ascii_partition_keys_as_written() {
+    let keys = ["ascii", "schlüssel", "日本語のキー", "emoji-🦀", "last"];
+    let lines: String = keys.iter().map(|k| format!("{}\n", serde_json::json!({ "data": format!("to {k}"), "partition_key": k }))).collect();
+    let input = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(input.path(), lines).unwrap();
+    for counter in ["counter", "go-counter", "py-counter", "js-counter"] {
+        let (code, stdout, stderr) = replay_file(counter, input.path().to_str().unwrap(), &[]);
+        assert_eq!(code, 0, "{counter}: {stdout}\n{stderr}");
+        let records: Vec<&str> = stderr.lines().filter_map(|l| l.split_once("kcl_host::guest: record ")).map(|(_, r)| r).collect();
+        assert_eq!(records.len(), keys.len(), "{counter}: {stderr}");
+        for (record, key) in records.iter().zip(keys) {
+            // "SEQUENCE KEY DATA shard=..."
+            let fields: Vec<&str> = record.split(' ').collect();
+            assert_eq!(fields[1..4], [key, "to", key], "{counter}: {record}");
+        }
+    }
+}
+
 #[test]
 fn json_logs_are_one_object_per_line_with_the_shard_as_a_field() {
     let (code, stdout, stderr) = replay("counter", &["--log-format", "json", "--shard-id", "shardId-000000000007"]);
@@ -86,7 +108,7 @@ fn json_logs_are_one_object_per_line_with_the_shard_as_a_field() {
 
 #[test]
 fn the_aggregates_checkpoint_each_batch_and_total_per_user() {
-    for example in ["json-aggregate", "go-json-aggregate", "py-json-aggregate"] {
+    for example in ["json-aggregate", "go-json-aggregate", "py-json-aggregate", "js-json-aggregate"] {
         check_aggregate(example);
     }
 }
@@ -196,4 +218,26 @@ fn a_python_exception_is_fatal_with_its_traceback_and_print_reaches_the_log() {
     std::fs::write(&input, "{\"data\": \"crash\"}\n").unwrap();
     let (_, _, stderr) = replay_file("py-faulty", input.to_str().unwrap(), &[]);
     assert!(stderr.contains("Traceback (most recent call last)"), "the traceback is logged: {stderr}");
+}
+
+#[test]
+fn a_javascript_exception_or_rejection_is_fatal_with_its_stack_and_console_reaches_the_log() {
+    let input = tempfile::NamedTempFile::new().unwrap();
+    let cases = [
+        ("crash", "fatal error: TypeError: can't access property \"field\""),
+        ("reject", "fatal error: RangeError: rejected at 2"),
+        ("fail", "failed at record 1 of the batch: asked to fail at 2"),
+    ];
+    for (last, expected) in cases {
+        std::fs::write(input.path(), format!("{{\"data\": \"a\", \"sequence_number\": \"1\"}}\n{{\"data\": \"{last}\", \"sequence_number\": \"2\"}}\n")).unwrap();
+        let (code, stdout, stderr) = replay_file("js-faulty", input.path().to_str().unwrap(), &[]);
+        assert_ne!(code, 0, "{stdout}\n{stderr}");
+        assert!(stderr.contains("kcl_host::guest: saw 1 a"), "console.log reaches the log: {stderr}");
+        assert!(format!("{stdout}{stderr}").contains(expected), "{last}: {stdout}\n{stderr}");
+        if last != "fail" {
+            assert!(stderr.contains("processRecords@app.js:"), "the stack is logged, down to the app's line: {stderr}");
+        } else {
+            assert!(stdout.contains("checkpoint 1"), "the record before the failed one is checkpointed: {stdout}");
+        }
+    }
 }

@@ -18,7 +18,12 @@ async fn the_seeds_reshard_is_processed_end_to_end_by_the_python_counter() {
     seed_scenario("py-counter").await;
 }
 
-/// The seed's scenario with a counter processor (Rust, Go or Python, same logic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_reshard_is_processed_end_to_end_by_the_javascript_counter() {
+    seed_scenario("js-counter").await;
+}
+
+/// The seed's scenario with a counter processor (Rust, Go, Python or JavaScript, same logic).
 async fn seed_scenario(counter: &str) {
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("seed"), 1).await;

@@ -231,6 +231,16 @@ async fn guests_reach_only_allowed_hosts_and_read_their_variables() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_enrich_example_looks_users_up_over_http_and_forwards_to_kinesis() {
+    enrich_and_forward("enrich").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_javascript_enrich_example_fetches_users_and_forwards_to_kinesis() {
+    enrich_and_forward("js-enrich").await;
+}
+
+/// The enrich example (Rust, or JavaScript with `fetch`) against a local API.
+async fn enrich_and_forward(example: &str) {
     let aws = clients().await;
     let (input, output, application) = (unique("enrich-in"), unique("enrich-out"), unique("enrich-app"));
     let input = TestStream::create(&aws.kinesis, &input, 1).await;
@@ -238,7 +248,7 @@ async fn the_enrich_example_looks_users_up_over_http_and_forwards_to_kinesis() {
     let api = HttpSink::start().await;
     let (api_url, target) = (format!("http://{}", api.address()), format!("enriched=kinesis:{}", output.name));
     let var = format!("api_url={api_url}");
-    let worker = start_with("enrich", &input.name, &application, "w1", &["--var", &var, "--allow-outbound", &api_url, "--output", &target]);
+    let worker = start_with(example, &input.name, &application, "w1", &["--var", &var, "--allow-outbound", &api_url, "--output", &target]);
     let shard = input.shards().await.remove(0).id;
     let events = [r#"{"user":"ana","kind":"purchase","amount":12.5}"#, "not json", r#"{"user":"ben","kind":"view"}"#];
     input.put_keyed(&shard, &events.map(|e| (e.as_bytes(), "k"))).await;

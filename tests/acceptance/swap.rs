@@ -2,6 +2,7 @@
 //! canary and its rollback, and the fleet's deploy row.
 
 use super::*;
+use super::outputs::checkpoints;
 
 /// Records processed by v2.
 fn by_v2(log: &[String]) -> Vec<Delivered> {
@@ -428,4 +429,55 @@ async fn a_version_that_fails_the_canary_input_is_refused() {
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
     assert_eq!(count_lines(&log, "swapped the processor"), 0, "no shard swapped");
+}
+
+/// The Rust counter swapped for the Python counter (the same logic) by
+/// SIGHUP on two shards: the Rust version checkpoints in its
+/// `shutdown(requested)`, the Python version starts there and is given every
+/// later record once, in order, and its own checkpoint at the stop lands in
+/// the lease table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_processor_swapped_for_its_python_twin_resumes_after_the_last_checkpoint() {
+    const SIGHUP: i32 = 1;
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("to-python"), 2).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    for shard in &shards {
+        stream.put(shard, &payloads(&format!("rust-{shard}"), 150)).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("processor.wasm");
+    std::fs::copy(kcl_testkit::guest("counter"), &path).unwrap();
+    let application = unique("to-python-app");
+    let (processor, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
+    let args = [
+        "run", &processor, "--stream", &stream.name, "--application", &application, "--idle-time-between-reads", "200ms",
+        "--cache-dir", &cache, "--swap-canary-batches", "0",
+    ];
+    let mut host = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    host.wait_for("the Rust version's 300 records", LIMIT, |log| delivered(log).len() >= 300).await;
+    std::fs::copy(kcl_testkit::guest("py-counter"), &path).unwrap();
+    host.signal(SIGHUP);
+    host.wait_for("both shards on the Python version", LIMIT, |log| count_lines(log, "swapped the processor") >= 2).await;
+    for shard in &shards {
+        stream.put(shard, &payloads(&format!("python-{shard}"), 50)).await;
+    }
+    let by_python = |log: &[String]| delivered(log).into_iter().filter(|d| !d.processor.contains("kcl-example-counter")).collect::<Vec<_>>();
+    host.wait_for("the new records, by the Python version", LIMIT, |log| {
+        by_python(log).iter().filter(|d| d.data.starts_with("python-")).count() >= 100
+    })
+    .await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+
+    let (python, rust): (Vec<Delivered>, Vec<Delivered>) = delivered(&log).into_iter().partition(|d| !d.processor.contains("kcl-example-counter"));
+    assert_eq!(count_lines(&log, "0 records since the last checkpoint delivered again"), 2, "the Rust version checkpointed as it stopped");
+    let lease_checkpoints = checkpoints(&aws, &application).await;
+    for shard in &shards {
+        let data = |records: &[Delivered]| records.iter().filter(|d| &d.shard == shard).map(|d| d.data.clone()).collect::<Vec<_>>();
+        assert_eq!(data(&rust), payloads(&format!("rust-{shard}"), 150), "{shard}: the Rust version, in order");
+        assert_eq!(data(&python), payloads(&format!("python-{shard}"), 50), "{shard}: the Python version, once each and in order");
+        let last = python.iter().filter(|d| &d.shard == shard).last().unwrap();
+        assert_eq!(lease_checkpoints.get(shard), Some(&last.sequence_number), "{shard}: the Python version checkpointed at the stop");
+    }
 }

@@ -71,6 +71,15 @@ def _span(ends: Sequence[int], i: int) -> Tuple[int, int]:
     return (ends[i - 1] if i else 0), ends[i]
 
 
+def _string_column(text: str, ends: Sequence[int]):
+    """Record ``i``'s string of a column. The host cuts at UTF-8 byte
+    offsets, so a column with any non-ASCII text is cut as bytes."""
+    if text.isascii():
+        return lambda i: text[slice(*_span(ends, i))]
+    encoded = text.encode()
+    return lambda i: encoded[slice(*_span(ends, i))].decode()
+
+
 class Batch(Sequence[Record]):
     """Records in shard order, read from the host's columns as they are used."""
 
@@ -79,6 +88,9 @@ class Batch(Sequence[Record]):
 
     def __init__(self, columns: _types.Batch):
         self._c = columns
+        self._keys = _string_column(columns.partition_keys, columns.partition_key_ends)
+        self._sequence_numbers = _string_column(columns.sequence_numbers, columns.sequence_number_ends)
+        self._hash_keys = _string_column(columns.explicit_hash_keys, columns.explicit_hash_key_ends)
         #: How far this batch is behind the tip of the shard (0 when caught up).
         self.millis_behind_latest: int = columns.millis_behind_latest
 
@@ -95,16 +107,11 @@ class Batch(Sequence[Record]):
         c = self._c
         flags = c.flags[i]
         ds, de = _span(c.data_ends, i)
-        ks, ke = _span(c.partition_key_ends, i)
-        ss, se = _span(c.sequence_number_ends, i)
-        hash_key = None
-        if flags & self._EXPLICIT_HASH_KEY:
-            hs, he = _span(c.explicit_hash_key_ends, i)
-            hash_key = c.explicit_hash_keys[hs:he]
+        hash_key = self._hash_keys(i) if flags & self._EXPLICIT_HASH_KEY else None
         return Record(
             data=c.data[ds:de],
-            partition_key=c.partition_keys[ks:ke],
-            sequence_number=c.sequence_numbers[ss:se],
+            partition_key=self._keys(i),
+            sequence_number=self._sequence_numbers(i),
             sub_sequence_number=c.sub_sequence_numbers[i] if flags & self._AGGREGATED else None,
             approximate_arrival_ms=c.arrival_timestamps_ms[i],
             explicit_hash_key=hash_key,

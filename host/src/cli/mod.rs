@@ -77,7 +77,8 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         kcl-host init orders-totals --lang rust\n  \
         kcl-host init orders-totals --lang go\n  \
-        kcl-host init orders-totals --lang python")]
+        kcl-host init orders-totals --lang python\n  \
+        kcl-host init orders-totals --lang js")]
     Init(InitArgs),
 }
 

@@ -1,0 +1,339 @@
+// Write kcl-host record processors in JavaScript.
+//
+// A processor serves one Kinesis shard at a time. kcl-host owns the shard's
+// lifecycle — leases, fetching, retries, and the SHARD_END checkpoint once a
+// closed shard is done — so a processor only handles records and says how far
+// it got:
+//
+//     import * as kcl from "./kcl.js";
+//
+//     class Counter extends kcl.RecordProcessor {
+//       initialize(shard) { this.seen = 0; }
+//       processRecords(batch, checkpointer) {
+//         this.seen += batch.length;
+//         checkpointer.checkpoint();
+//       }
+//     }
+//
+//     export const recordProcessor = kcl.exportProcessor(Counter);
+//
+// `recordProcessor` is the name the component exports (componentize-js looks
+// it up). Build with `scripts/build-js.sh`, which puts this file beside app.js.
+//
+// Errors: an exception from a method is fatal (the host drops the instance and
+// starts a fresh one from the last checkpoint, after a backoff; the stack is in
+// the log) unless it is `Retryable` (the host delivers the same batch again) or
+// `FailedAt` (the records before the failed one are done; the batch comes again
+// from it). `console.log` and `kcl.log` both reach the host's log, tagged with
+// the shard. A method may be `async` (to `await fetch(...)`, say): the host's
+// call returns when its promise settles.
+
+import * as checkpointer from "kcl:processor/checkpointer@0.3.0";
+import { log as hostLog } from "kcl:processor/log@0.3.0";
+import { send as hostSend } from "kcl:processor/output@0.3.0";
+import { get as configGet } from "wasi:config/store@0.2.0-rc.1";
+
+const AGGREGATED = 1;
+const EXPLICIT_HASH_KEY = 2;
+const utf8 = new TextEncoder();
+const fromUtf8 = new TextDecoder();
+
+/** One Kinesis record, as the producer wrote it. */
+export class Record {
+  constructor(fields) {
+    /** @type {Uint8Array} */
+    this.data = fields.data;
+    this.partitionKey = fields.partitionKey;
+    this.sequenceNumber = fields.sequenceNumber;
+    /** Set (a bigint) for a user record de-aggregated from a KPL record. */
+    this.subSequenceNumber = fields.subSequenceNumber;
+    /** When Kinesis accepted the record, in milliseconds since the Unix epoch. */
+    this.approximateArrivalMs = fields.approximateArrivalMs;
+    /** `undefined` when the producer set none. */
+    this.explicitHashKey = fields.explicitHashKey;
+    /** The record's index in its batch. */
+    this.index = fields.index;
+  }
+
+  /** The data as UTF-8 text. */
+  text() {
+    return fromUtf8.decode(this.data);
+  }
+
+  /** The data parsed as JSON (throws a SyntaxError when it is not JSON). */
+  json() {
+    return JSON.parse(this.text());
+  }
+}
+
+// The host cuts its string columns at UTF-8 byte offsets; JavaScript strings
+// count UTF-16 units, so a column with any non-ASCII text is cut as bytes.
+function stringColumn(text, ends) {
+  const span = (i) => [i ? ends[i - 1] : 0, ends[i]];
+  if (/^[\x00-\x7f]*$/.test(text)) {
+    return (i) => text.slice(...span(i));
+  }
+  const bytes = utf8.encode(text);
+  return (i) => fromUtf8.decode(bytes.subarray(...span(i)));
+}
+
+/** Records in shard order, read from the host's columns as they are used. */
+export class Batch {
+  constructor(columns) {
+    this._c = columns;
+    this._keys = stringColumn(columns.partitionKeys, columns.partitionKeyEnds);
+    this._sequenceNumbers = stringColumn(columns.sequenceNumbers, columns.sequenceNumberEnds);
+    this._hashKeys = stringColumn(columns.explicitHashKeys, columns.explicitHashKeyEnds);
+    /** How far this batch is behind the tip of the shard (0 when caught up). */
+    this.millisBehindLatest = Number(columns.millisBehindLatest);
+  }
+
+  get length() {
+    return this._c.dataEnds.length;
+  }
+
+  /** Record `i` (negative counts from the end), or `undefined` past either end. */
+  at(i) {
+    if (i < 0) i += this.length;
+    if (!(i >= 0 && i < this.length)) return undefined;
+    const c = this._c;
+    const flags = c.flags[i];
+    return new Record({
+      data: c.data.subarray(i ? c.dataEnds[i - 1] : 0, c.dataEnds[i]),
+      partitionKey: this._keys(i),
+      sequenceNumber: this._sequenceNumbers(i),
+      subSequenceNumber: flags & AGGREGATED ? c.subSequenceNumbers[i] : undefined,
+      approximateArrivalMs: Number(c.arrivalTimestampsMs[i]),
+      explicitHashKey: flags & EXPLICIT_HASH_KEY ? this._hashKeys(i) : undefined,
+      index: i,
+    });
+  }
+
+  *[Symbol.iterator]() {
+    for (let i = 0; i < this.length; i++) yield this.at(i);
+  }
+}
+
+/** Why a processor is being shut down. */
+export const ShutdownReason = Object.freeze({
+  /** Every record was delivered; the host writes SHARD_END once shutdown returns. */
+  SHARD_END: "shard-end",
+  /** Another worker holds the lease; checkpoints are refused. */
+  LEASE_LOST: "lease-lost",
+  /** The worker is stopping or swapping the processor: the last chance to checkpoint. */
+  REQUESTED: "requested",
+});
+
+/** Transient: the host delivers the same batch again after a backoff. */
+export class Retryable extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "Retryable";
+  }
+}
+
+/** The batch failed at `record` (a Record or an index): the records before it
+ * are done (the host checkpoints them) and the batch comes again from it. */
+export class FailedAt extends Error {
+  constructor(record, reason) {
+    super(reason);
+    this.name = "FailedAt";
+    this.index = typeof record === "number" ? record : record.index;
+  }
+}
+
+/** The host refused a checkpoint; nothing was recorded. `kind` is
+ * "lease-lost", "invalid-sequence-number" or "unavailable" (the lease table
+ * could not be written: try again later). */
+export class CheckpointError extends Error {
+  constructor(kind, message) {
+    super(`checkpoint refused (${kind})${message ? ": " + message : ""}`);
+    this.name = "CheckpointError";
+    this.kind = kind;
+  }
+}
+
+/** The host took none of the records: an unknown target, or a record that does not fit it. */
+export class SendError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "SendError";
+  }
+}
+
+// An imported function's `err` comes as a thrown ComponentError whose
+// `payload` holds the WIT value.
+function checkpointed(call) {
+  try {
+    call();
+  } catch (e) {
+    const error = e && e.payload;
+    if (!error) throw e;
+    if (error.tag === "lease-lost") throw new CheckpointError("lease-lost", "this worker no longer holds the shard's lease");
+    throw new CheckpointError(error.tag, error.val);
+  }
+}
+
+/** Records how far the shard has been processed. */
+export class Checkpointer {
+  /** At `record` (of the batch being processed, or one delivered earlier), or
+   * at the last record delivered so far (in `shutdown`: of the last batch that returned). */
+  checkpoint(record) {
+    if (record === undefined) {
+      checkpointed(() => checkpointer.checkpoint());
+    } else {
+      checkpointed(() => checkpointer.checkpointAt(record.sequenceNumber, record.subSequenceNumber));
+    }
+  }
+
+  /** At record `index` of the batch being processed: nothing to parse on the host's side. */
+  checkpointAtIndex(index) {
+    checkpointed(() => checkpointer.checkpointAtIndex(index));
+  }
+}
+
+/** Handles one shard, from `initialize` to `shutdown`. Extend it and export
+ * the subclass with `export const recordProcessor = kcl.exportProcessor(MyClass)`. */
+export class RecordProcessor {
+  /** Called once before any records, with a ShardInfo. */
+  initialize(shard) {}
+
+  /** Called with each batch, in order. */
+  processRecords(batch, checkpointer) {
+    throw new Error("a processor implements processRecords");
+  }
+
+  /** Called once at the end; checkpoint here when `reason` is REQUESTED. */
+  shutdown(reason, checkpointer) {}
+}
+
+/** Queues records `{partitionKey, data, explicitHashKey?}` (data: a string or
+ * a Uint8Array) for the output `target` (declared with `kcl-host run --output
+ * NAME=URI`). They are written before any checkpoint that covers the record
+ * being processed. */
+export function send(target, records) {
+  const parts = [];
+  const dataEnds = [];
+  const keys = [];
+  const keyEnds = [];
+  const hashKeys = [];
+  const hashKeyEnds = [];
+  let dataLength = 0;
+  let keyLength = 0;
+  let hashKeyLength = 0;
+  for (const record of records) {
+    const data = typeof record.data === "string" ? utf8.encode(record.data) : record.data;
+    parts.push(data);
+    dataLength += data.length;
+    dataEnds.push(dataLength);
+    keys.push(record.partitionKey);
+    keyLength += utf8.encode(record.partitionKey).length;
+    keyEnds.push(keyLength);
+    const hashKey = record.explicitHashKey ?? "";
+    hashKeys.push(hashKey);
+    hashKeyLength += hashKey.length; // decimal digits: one byte each
+    hashKeyEnds.push(hashKeyLength);
+  }
+  const data = new Uint8Array(dataLength);
+  let at = 0;
+  for (const part of parts) {
+    data.set(part, at);
+    at += part.length;
+  }
+  try {
+    hostSend(target, {
+      data,
+      dataEnds,
+      partitionKeys: keys.join(""),
+      partitionKeyEnds: keyEnds,
+      explicitHashKeys: hashKeys.join(""),
+      explicitHashKeyEnds: hashKeyEnds,
+    });
+  } catch (e) {
+    if (e && e.payload) throw new SendError(e.payload.val);
+    throw e;
+  }
+}
+
+/** The operator's variable `key` (`kcl-host run --var KEY=VALUE`), or `undefined`. */
+export function variable(key) {
+  try {
+    return configGet(key);
+  } catch (e) {
+    throw new Error(`reading variable ${JSON.stringify(key)} failed: ${JSON.stringify(e && e.payload)}`);
+  }
+}
+
+const words = (args) => args.map((a) => (typeof a === "string" ? a : a instanceof Error ? a.stack || String(a) : JSON.stringify(a))).join(" ");
+
+/** Lines for the host's log, tagged with the shard. */
+export const log = Object.freeze({
+  trace: (...args) => hostLog("trace", words(args)),
+  debug: (...args) => hostLog("debug", words(args)),
+  info: (...args) => hostLog("info", words(args)),
+  warn: (...args) => hostLog("warn", words(args)),
+  error: (...args) => hostLog("error", words(args)),
+});
+
+// The processor-error the host expects for an exception; the export's
+// bindings turn a thrown `{payload}` into the call's `err`.
+function processorError(e) {
+  if (e instanceof Retryable) return { payload: { tag: "retryable", val: e.message } };
+  if (e instanceof FailedAt) return { payload: { tag: "failed-at", val: { index: e.index, reason: e.message } } };
+  hostLog("error", e instanceof Error ? `${e.name}: ${e.message}\n${e.stack}`.trimEnd() : `uncaught ${words([e])}`);
+  return { payload: { tag: "fatal", val: e instanceof Error ? `${e.name}: ${e.message}` : words([e]) } };
+}
+
+// Runs `call`, turning its exception (or its promise's rejection) into the
+// processor-error the host expects.
+function outcome(call) {
+  let result;
+  try {
+    result = call();
+  } catch (e) {
+    throw processorError(e);
+  }
+  if (result && typeof result.then === "function") {
+    return result.then(
+      () => undefined,
+      (e) => {
+        throw processorError(e);
+      },
+    );
+  }
+  return undefined;
+}
+
+/** The component's export for `ProcessorClass`: assign it to the app module's
+ * exported `recordProcessor`. */
+export function exportProcessor(ProcessorClass) {
+  let processor;
+  const view = new Checkpointer();
+  const started = (call) => {
+    if (!processor) throw { payload: { tag: "fatal", val: `${call} was called before initialize` } };
+    return processor;
+  };
+  return {
+    initialize(shard) {
+      const instance = new ProcessorClass();
+      const info = Object.freeze({
+        streamName: shard.streamName,
+        shardId: shard.shardId,
+        startingCheckpoint: shard.startingCheckpoint,
+        startingSubSequenceNumber: shard.startingSubSequenceNumber,
+      });
+      const done = outcome(() => instance.initialize(info));
+      processor = instance;
+      return done;
+    },
+    processRecords(columns) {
+      const current = started("process-records");
+      return outcome(() => current.processRecords(new Batch(columns), view));
+    },
+    shutdown(reason) {
+      const current = started("shutdown");
+      processor = undefined;
+      return outcome(() => current.shutdown(reason, view));
+    },
+  };
+}
