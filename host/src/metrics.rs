@@ -73,6 +73,8 @@ pub struct Metrics {
     throttles: Family<ShardLabels, Counter>,
     version: Family<VersionLabels, Gauge>,
     swaps: Family<ShardLabels, Counter>,
+    calls_in_flight: Family<ShardLabels, Gauge>,
+    lane_spread: Family<ShardLabels, Gauge>,
     rollbacks: Counter,
     swap_buffer: Gauge,
     leases_held: Gauge,
@@ -114,6 +116,8 @@ impl Metrics {
             throttles: Family::default(),
             version: Family::default(),
             swaps: Family::default(),
+            calls_in_flight: Family::default(),
+            lane_spread: Family::default(),
             rollbacks: Counter::default(),
             swap_buffer: Gauge::default(),
             leases_held: Gauge::default(),
@@ -149,6 +153,12 @@ impl Metrics {
         r.register("get_records_throttles", "GetRecords calls throttled", metrics.throttles.clone());
         r.register("processor_version", "1 for the processor each shard runs", metrics.version.clone());
         r.register("processor_swaps", "Processor instances replaced by a new version at a batch boundary", metrics.swaps.clone());
+        r.register("calls_in_flight", "Processor calls running on a shard now (up to --parallelism)", metrics.calls_in_flight.clone());
+        r.register(
+            "parallel_lag_records",
+            "With --parallelism: records queued for the shard's busiest instance beyond its least busy one",
+            metrics.lane_spread.clone(),
+        );
         r.register("swap_buffer_bytes", "Record data kept, all shards together, to deliver again after a swap", metrics.swap_buffer.clone());
         r.register("processor_rollbacks", "New versions rolled back on every shard after failing on probation", metrics.rollbacks.clone());
         r.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());
@@ -318,6 +328,13 @@ impl ShardMetrics {
         }
     }
 
+    /// With `--parallelism`: calls running on the shard now, and how many
+    /// more records its busiest instance has queued than its least busy.
+    pub fn lanes(&self, in_flight: usize, spread: usize) {
+        self.metrics.calls_in_flight.get_or_create(&self.labels).set(in_flight as i64);
+        self.metrics.lane_spread.get_or_create(&self.labels).set(spread as i64);
+    }
+
     /// The shard's instance was replaced by a new version.
     pub fn swapped(&self) {
         self.metrics.swaps.get_or_create(&self.labels).inc();
@@ -330,6 +347,8 @@ impl ShardMetrics {
             family.remove(&self.labels);
         }
         m.millis_behind.remove(&self.labels);
+        m.calls_in_flight.remove(&self.labels);
+        m.lane_spread.remove(&self.labels);
         m.retry_attempts.remove(&self.labels);
         for action in POLICY_ACTIONS {
             m.policy.remove(&PolicyLabels { shard: self.labels.shard.clone(), action });

@@ -20,6 +20,7 @@ mod handover;
 mod lifecycle;
 mod operator;
 mod outputs;
+mod parallel;
 mod records;
 mod rollout;
 mod swap;

@@ -38,7 +38,7 @@ pub(super) fn forwarded(outputs: &[String]) -> BTreeMap<(String, String), usize>
 }
 
 /// The inputs at or before their shard's checkpoint whose output is not in `outputs`.
-fn behind_checkpoint(inputs: &[StreamRecord], checkpoints: &BTreeMap<String, String>, outputs: &BTreeMap<(String, String), usize>) -> Vec<String> {
+pub(super) fn behind_checkpoint(inputs: &[StreamRecord], checkpoints: &BTreeMap<String, String>, outputs: &BTreeMap<(String, String), usize>) -> Vec<String> {
     inputs
         .iter()
         .filter(|r| checkpoints.get(&r.shard).is_some_and(|cp| at_or_before(&r.sequence_number, cp)))
@@ -61,7 +61,7 @@ pub(super) async fn until<F: std::future::Future<Output = bool>>(what: &str, mut
 /// twice [`LIMIT`] without progress (a loaded machine drains a backlog
 /// slowly, and a batch whose flush failed waits up to 30 s for its retry).
 /// A stall panics with what is missing, the checkpoints and `host`'s log.
-async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream, aws: &AwsClients, application: &str, host: &KclHost) {
+pub(super) async fn all_forwarded(inputs: &[StreamRecord], output: &TestStream, aws: &AwsClients, application: &str, host: &KclHost) {
     const QUIET: Duration = Duration::from_secs(2 * LIMIT.as_secs());
     let mut deadline = tokio::time::Instant::now() + QUIET;
     let mut seen = 0;

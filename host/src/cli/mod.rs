@@ -216,6 +216,9 @@ pub struct RunArgs {
     /// Records per GetRecords call, 1 to 10000 (maxRecords) [default: 10000].
     #[arg(long, env = "KCL_HOST_MAX_RECORDS")]
     pub max_records: Option<i32>,
+    /// Processor instances per shard, 1 to 64: records are routed by partition key (or explicit hash key), so each key's records are processed in order by one instance while other keys run beside it; the host then checkpoints where every record below is done, and --max-records is per call [default: 1].
+    #[arg(long, env = "KCL_HOST_PARALLELISM")]
+    pub parallelism: Option<usize>,
     /// How shards are read: polling (GetRecords) or fanout (enhanced fan-out,
     /// a stream consumer named after the application) [default: polling].
     #[arg(long, env = "KCL_HOST_RETRIEVAL")]
@@ -267,6 +270,7 @@ impl RunArgs {
             shard_sync_interval: self.shard_sync_interval.clone(),
             idle_time_between_reads: self.idle_time_between_reads.clone(),
             max_records: self.max_records,
+            parallelism: self.parallelism,
             retrieval: self.retrieval.clone(),
             admin_listen: self.admin_listen.clone(),
             swap_canary_batches: self.swap_canary_batches,

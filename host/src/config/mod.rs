@@ -14,7 +14,8 @@
 //! failover_time = "10s"              # failoverTimeMillis
 //! shard_sync_interval = "60s"        # shardSyncIntervalMillis
 //! idle_time_between_reads = "1s"     # idleTimeBetweenReadsInMillis
-//! max_records = 10000                # maxRecords
+//! max_records = 10000                # maxRecords; per call with parallelism > 1
+//! parallelism = 1                    # instances per shard, in partition-key order (1 to 64)
 //! swap_canary_batches = 3            # hot swap: batches on one shard before the rest
 //! swap_rollback_after = 3            # failures of a new version that roll it back
 //! swap_buffer_mib = 256              # records kept (all shards) to deliver again after a swap
@@ -110,6 +111,9 @@ pub struct WorkerConfig {
     pub shard_sync_interval: Duration,
     /// How GetRecords is paced.
     pub fetch: FetchSettings,
+    /// Instances processing each shard side by side, records of one key by
+    /// one instance in order ([`MAX_PARALLELISM`] at most).
+    pub parallelism: usize,
     /// How shards are read.
     pub retrieval: Retrieval,
     /// Where `/metrics` and `/healthz` are served; off when `None`.
@@ -130,7 +134,17 @@ pub struct WorkerConfig {
     pub failure: FailureSettings,
 }
 
+/// Most instances one shard may run (`--parallelism`).
+pub const MAX_PARALLELISM: usize = 64;
+
 impl WorkerConfig {
+    /// Records each GetRecords call asks for: `max_records`, or with
+    /// `parallelism` over 1 enough for a call of each instance (Kinesis
+    /// gives at most 10,000).
+    pub fn fetch_limit(&self) -> i32 {
+        (self.fetch.max_records as usize * self.parallelism).min(MAX_RECORDS_LIMIT as usize) as i32
+    }
+
     /// Resolves a merged layer into a checked config.
     pub fn resolve(layer: Layer) -> Result<Self, ConfigError> {
         let runtime = layer.runtime()?;
@@ -143,12 +157,23 @@ impl WorkerConfig {
             .ok_or(ConfigError::Missing { setting: "application", flag: "application", env: "APPLICATION" })?;
         check_application(&application)?;
         let initial_position = initial_position(layer.initial_position.as_deref(), layer.initial_timestamp.as_deref())?;
+        let parallelism = layer.parallelism.unwrap_or(1);
+        if !(1..=MAX_PARALLELISM).contains(&parallelism) || parallelism > runtime.max_instances as usize {
+            return Err(ConfigError::Invalid {
+                setting: "parallelism",
+                value: parallelism.to_string(),
+                reason: format!(
+                    "a shard runs 1 to {MAX_PARALLELISM} instances, and no more than max_instances ({}) allows",
+                    runtime.max_instances
+                ),
+            });
+        }
         let defaults = TakeSettings::default();
         let take = TakeSettings {
             failover_time: duration("failover_time", layer.failover_time.as_deref(), defaults.failover_time)?,
             // Never more leases than processor instances: a lease without
-            // an instance would be held and not processed.
-            max_leases: positive("max_leases", layer.max_leases.unwrap_or(defaults.max_leases))?.min(runtime.max_instances as usize),
+            // its instances would be held and not processed.
+            max_leases: positive("max_leases", layer.max_leases.unwrap_or(defaults.max_leases))?.min(runtime.max_instances as usize / parallelism),
             max_leases_to_steal: layer.max_leases_to_steal.unwrap_or(defaults.max_leases_to_steal),
             heartbeat_leases: match layer.lease_renewal.as_deref() {
                 None | Some("auto") => true,
@@ -197,6 +222,7 @@ impl WorkerConfig {
                     fetch_defaults.idle_time_between_reads,
                 )?,
             },
+            parallelism,
             retrieval: Retrieval::parse(layer.retrieval.as_deref())?,
             swap: {
                 let defaults = crate::swap::rollout::SwapSettings::default();

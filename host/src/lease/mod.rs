@@ -86,6 +86,14 @@ impl Checkpoint {
         }
     }
 
+    /// The record processed up to, if the checkpoint is at one.
+    pub fn position(&self) -> Option<&Position> {
+        match self {
+            Self::At(position) => Some(position),
+            _ => None,
+        }
+    }
+
     /// Whether processing has moved past the initial position.
     pub fn has_started(&self) -> bool {
         matches!(self, Self::At(_) | Self::ShardEnd)

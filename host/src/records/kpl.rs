@@ -49,14 +49,18 @@ impl HashRange {
         Some(Self { start: start.parse().ok()?, end: end.parse().ok()? })
     }
 
-    /// Whether a user record belongs here: its explicit hash key, or else
-    /// the MD5 of its partition key read as a 128-bit number, is in range.
+    /// Whether a user record belongs here: its [`hash_key`] is in range.
     fn contains(&self, partition_key: &str, explicit_hash_key: Option<&str>) -> bool {
-        let hash = match explicit_hash_key.and_then(|k| k.parse::<u128>().ok()) {
-            Some(hash) => hash,
-            None => u128::from_be_bytes(Md5::digest(partition_key.as_bytes()).into()),
-        };
-        (self.start..=self.end).contains(&hash)
+        (self.start..=self.end).contains(&hash_key(partition_key, explicit_hash_key))
+    }
+}
+
+/// Where Kinesis places a record: its explicit hash key, or else the MD5
+/// of its partition key read as a 128-bit number.
+pub fn hash_key(partition_key: &str, explicit_hash_key: Option<&str>) -> u128 {
+    match explicit_hash_key.and_then(|k| k.parse::<u128>().ok()) {
+        Some(hash) => hash,
+        None => u128::from_be_bytes(Md5::digest(partition_key.as_bytes()).into()),
     }
 }
 

@@ -80,6 +80,10 @@ pub(super) struct Template {
     pub(super) dead_letters: Arc<DeadLetters>,
     /// The shards retrying now, for the heartbeat.
     pub(super) retrying: Arc<RetryBoard>,
+    /// Instances per shard (`--parallelism`).
+    pub(super) parallelism: usize,
+    /// Most records one call is given (`--max-records`).
+    pub(super) call_records: usize,
 }
 
 /// How far from its share the last take pass left this worker.
@@ -155,6 +159,8 @@ impl ShardLoops {
             failure: self.template.failure.clone(),
             dead_letters: self.template.dead_letters.clone(),
             retrying: self.template.retrying.clone(),
+            parallelism: self.template.parallelism,
+            call_records: self.template.call_records,
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();

@@ -18,6 +18,7 @@ use crate::config::WorkerConfig;
 use crate::failure::retrying::RetryBoard;
 use crate::failure::DeadLetters;
 use crate::fanout;
+use crate::fetch::FetchSettings;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::heartbeat::{HeartbeatTable, LeaseNews};
@@ -86,7 +87,7 @@ impl Worker {
             reader: Arc::new(KinesisReaders {
                 kinesis: clients.kinesis.clone(),
                 stream: config.stream.clone(),
-                fetch: config.fetch.clone(),
+                fetch: FetchSettings { max_records: config.fetch_limit(), ..config.fetch.clone() },
                 fan_out,
             }),
             stream: config.stream.clone(),
@@ -100,6 +101,8 @@ impl Worker {
             failure: Arc::new(config.failure.clone()),
             dead_letters,
             retrying: retrying.clone(),
+            parallelism: config.parallelism,
+            call_records: config.fetch.max_records as usize,
         };
         let shards = ShardLoops::new(template, rollout, ended_tx, reports_tx);
 

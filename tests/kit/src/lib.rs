@@ -140,6 +140,21 @@ impl TestStream {
         sequence_numbers
     }
 
+    /// Writes `(data, partition key)` records where Kinesis places them
+    /// (by the MD5 of the key), in order, returning their sequence numbers.
+    pub async fn put_by_key(&self, records: &[(&[u8], &str)]) -> Vec<String> {
+        let mut sequence_numbers = Vec::new();
+        for chunk in records.chunks(500) {
+            let entries = chunk.iter().map(|(data, key)| {
+                PutRecordsRequestEntry::builder().data(Blob::new(*data)).partition_key(*key).build().expect("complete entry")
+            });
+            let out = self.kinesis.put_records().stream_name(&self.name).set_records(Some(entries.collect())).send().await.expect("PutRecords");
+            assert_eq!(out.failed_record_count().unwrap_or(0), 0, "every record written");
+            sequence_numbers.extend(out.records().iter().map(|r| r.sequence_number().expect("sequence number").to_owned()));
+        }
+        sequence_numbers
+    }
+
     /// Every record of the stream, read from the oldest: (shard, sequence
     /// number, partition key, data), each shard in order.
     pub async fn read_all(&self) -> Vec<StreamRecord> {

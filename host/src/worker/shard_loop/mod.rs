@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 mod hooks;
+mod parallel;
 mod start;
 
 use super::redelivery::{Budget, Unacknowledged};
@@ -26,7 +27,7 @@ use crate::metrics::ShardMetrics;
 use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
-use crate::runtime::{Processor, ShardInfo, ShardInstance, ShutdownReason};
+use crate::runtime::{CheckpointSink, Processor, ShardInfo, ShardInstance, ShutdownReason};
 use crate::swap::rollout::CallReport;
 
 /// Opens a shard's reader for each attempt: Kinesis (GetRecords or
@@ -81,6 +82,11 @@ pub struct ShardLoop<S> {
     pub dead_letters: Arc<DeadLetters>,
     /// The worker's shards that are retrying, for the heartbeat.
     pub retrying: Arc<RetryBoard>,
+    /// Instances processing the shard side by side (`--parallelism`); 1
+    /// runs one, which checkpoints as it sees fit.
+    pub parallelism: usize,
+    /// Most records one call is given with `parallelism` over 1 (`--max-records`).
+    pub call_records: usize,
 }
 
 /// Why one attempt at the shard ended early.
@@ -159,9 +165,12 @@ impl<S: LeaseStore> ShardLoop<S> {
                 )));
             }
         };
+        if self.parallelism > 1 {
+            return self.attempt_parallel(&lease, start, first_delivered).await;
+        }
         let checkpointed = Arc::new(StdMutex::new(last_checkpoint.clone()));
         let mut running = self.processor.clone().borrow_and_update().clone();
-        let mut instance = match self.open(&running, &lease.checkpoint, last_checkpoint, &checkpointed).await {
+        let mut instance = match self.open(&running, &lease.checkpoint, last_checkpoint, self.lease_sink(&checkpointed)).await {
             Ok(instance) => instance,
             Err(interrupt) => return interrupt,
         };
@@ -216,24 +225,30 @@ impl<S: LeaseStore> ShardLoop<S> {
                 }
             }
             if let Some(children) = shard_end {
-                return self.end_shard(&mut instance, children).await;
+                return self.end_shard(std::slice::from_mut(&mut instance), children).await;
             }
         }
     }
 
+    /// Where the instance's checkpoints go with one instance per shard: to
+    /// the lease, noting each in `checkpointed`.
+    fn lease_sink(&self, checkpointed: &Arc<StdMutex<Option<Position>>>) -> Box<dyn CheckpointSink> {
+        Box::new(LeaseSink { held: self.held.clone(), metrics: self.metrics.clone(), checkpointed: checkpointed.clone() })
+    }
+
     /// A fresh instance of `processor` for this shard, initialized from
-    /// `checkpoint` (its column) / `last_checkpoint` (its position).
+    /// `checkpoint` (its column) / `last_checkpoint` (its position), its
+    /// checkpoints going to `sink`.
     async fn open(
         &self,
         processor: &Processor,
         checkpoint: &Checkpoint,
         last_checkpoint: Option<Position>,
-        checkpointed: &Arc<StdMutex<Option<Position>>>,
+        sink: Box<dyn CheckpointSink>,
     ) -> Result<ShardInstance, Interrupt> {
         let shard_id = self.held.key().shard_id().to_owned();
-        let sink = LeaseSink { held: self.held.clone(), metrics: self.metrics.clone(), checkpointed: checkpointed.clone() };
         let outputs = Box::new(self.outputs.shard());
-        let mut instance = match processor.instantiate_with_outputs(&shard_id, Box::new(sink), outputs, last_checkpoint.clone()).await {
+        let mut instance = match processor.instantiate_with_outputs(&shard_id, sink, outputs, last_checkpoint.clone()).await {
             Ok(instance) => instance,
             Err(e) => return Err(Interrupt::Failed(format!("instantiating the processor failed: {e}"))),
         };
@@ -331,7 +346,7 @@ impl<S: LeaseStore> ShardLoop<S> {
         checkpointed: &Arc<StdMutex<Option<Position>>>,
     ) -> Result<ShardInstance, Interrupt> {
         let lease = self.held.snapshot().await;
-        let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, checkpointed).await?;
+        let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, self.lease_sink(checkpointed)).await?;
         for mut batch in again {
             if let Some(interrupt) = self.deliver(&mut instance, processor, policy, &mut batch).await {
                 return Err(interrupt);
@@ -356,10 +371,13 @@ impl<S: LeaseStore> ShardLoop<S> {
         }
     }
 
-    /// The shard is fully read: `shutdown(shard-end)`, then `SHARD_END`.
-    async fn end_shard(&self, instance: &mut ShardInstance, children: BTreeSet<String>) -> Interrupt {
-        if let Err(e) = instance.shutdown(ShutdownReason::ShardEnd).await {
-            return Interrupt::Failed(format!("shutdown(shard-end) failed, so SHARD_END was not written: {e}"));
+    /// The shard is fully read and done: `shutdown(shard-end)` on each of
+    /// its instances, then `SHARD_END`.
+    async fn end_shard(&self, instances: &mut [ShardInstance], children: BTreeSet<String>) -> Interrupt {
+        for instance in instances {
+            if let Err(e) = instance.shutdown(ShutdownReason::ShardEnd).await {
+                return Interrupt::Failed(format!("shutdown(shard-end) failed, so SHARD_END was not written: {e}"));
+            }
         }
         match self.held.checkpoint(Checkpoint::ShardEnd, &children).await {
             Ok(()) => {

@@ -122,6 +122,8 @@ async fn fixture_with(records: Vec<(u64, &'static str)>, closed: bool, policy: P
         failure: Arc::new(failure),
         dead_letters,
         retrying: Arc::new(RetryBoard::default()),
+        parallelism: 1,
+        call_records: 10_000,
     };
     Fixture { shard_loop, shard, store, coordinator, stop, processor, reports, delivered }
 }

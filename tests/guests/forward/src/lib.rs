@@ -11,7 +11,10 @@
 //! `initialize` logs the variable `greeting` when it is set. Each record is
 //! logged as `record <sequence-number> <partition-key> <data>` — unless the
 //! variable `quiet` is set (the output benchmark): then records are
-//! forwarded as they came, untagged, and not logged.
+//! forwarded as they came, untagged, and not logged. With the variable
+//! `pause-ms`, each record first waits that long (a sleep through
+//! `wasi:clocks`), as a processor calling a slow API per record would: the
+//! parallelism tests.
 
 use kcl_guest::output::Outputs;
 use kcl_guest::{Batch, CheckpointError, Checkpointer, ProcessorError, RecordProcessor, ShardInfo};
@@ -20,6 +23,7 @@ pub struct Forward {
     shard: String,
     target: String,
     quiet: bool,
+    pause: Option<std::time::Duration>,
 }
 
 impl RecordProcessor for Forward {
@@ -28,12 +32,16 @@ impl RecordProcessor for Forward {
             kcl_guest::info!("var greeting={greeting}");
         }
         let target = kcl_guest::config::get("target").unwrap_or_else(|| "out".into());
-        Ok(Forward { shard: shard.shard_id, target, quiet: kcl_guest::config::get("quiet").is_some() })
+        let pause = kcl_guest::config::get("pause-ms").and_then(|ms| ms.parse().ok()).map(std::time::Duration::from_millis);
+        Ok(Forward { shard: shard.shard_id, target, quiet: kcl_guest::config::get("quiet").is_some(), pause })
     }
 
     fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
         let mut outputs = Outputs::new();
         for (index, record) in batch.iter().enumerate() {
+            if let Some(pause) = self.pause {
+                std::thread::sleep(pause);
+            }
             match record.data {
                 b"trap" => panic!("asked to trap at {}", record.sequence_number),
                 b"fail" => return Err(ProcessorError::fatal(format!("asked to fail at {}", record.sequence_number))),
