@@ -5,26 +5,34 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_reshard_is_processed_end_to_end() {
-    seed_scenario("counter").await;
+    seed_scenario("counter", &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_reshard_is_processed_end_to_end_by_four_instances_per_shard() {
+    seed_scenario("counter", &["--parallelism", "4"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_reshard_is_processed_end_to_end_by_the_go_counter() {
-    seed_scenario("go-counter").await;
+    seed_scenario("go-counter", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_reshard_is_processed_end_to_end_by_the_python_counter() {
-    seed_scenario("py-counter").await;
+    seed_scenario("py-counter", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_reshard_is_processed_end_to_end_by_the_javascript_counter() {
-    seed_scenario("js-counter").await;
+    seed_scenario("js-counter", &[]).await;
 }
 
-/// The seed's scenario with a counter processor (Rust, Go, Python or JavaScript, same logic).
-async fn seed_scenario(counter: &str) {
+/// The seed's scenario with a counter processor (Rust, Go, Python or
+/// JavaScript, same logic), the worker started with `extra` flags. Each
+/// record is its own partition key: with `--parallelism` only each key's
+/// order is kept, so a shard's records are then compared as a set.
+async fn seed_scenario(counter: &str, extra: &[&str]) {
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("seed"), 1).await;
     let parent = stream.shards().await[0].id.clone();
@@ -42,14 +50,22 @@ async fn seed_scenario(counter: &str) {
     // The counter guest checkpoints every 100 records and never in shutdown:
     // on the parent (50 records) it never checkpoints at all.
     let application = unique("seed-app");
-    let mut host = start(counter, &stream.name, &application, "worker-1");
+    let mut host = start_with(counter, &stream.name, &application, "worker-1", extra);
     host.wait_for("all 110 records", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 110).await;
     let delivered = host.delivered().await;
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "graceful stop exits 0: {status:?}\n{}", log.join("\n"));
 
-    // Every record of all three shards, each exactly once, in shard order.
-    let shards = by_shard(&delivered);
+    // Every record of all three shards, each exactly once, in shard order
+    // (one instance per shard).
+    let one_instance = !extra.contains(&"--parallelism");
+    let mut shards: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    if one_instance {
+        shards = by_shard(&delivered);
+    } else {
+        delivered.iter().for_each(|d| shards.entry(d.shard.clone()).or_default().push(d.data.clone()));
+        shards.values_mut().for_each(|records| records.sort_by_key(|data| data.rsplit('-').next().unwrap().parse::<usize>().unwrap()));
+    }
     assert_eq!(shards[&parent], parent_records);
     for (child, records) in &child_records {
         assert_eq!(&shards[child], records);
