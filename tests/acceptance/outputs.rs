@@ -308,6 +308,17 @@ async fn the_go_totals_example_writes_per_user_totals_to_dynamodb() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swap_while_outputs_are_in_flight_loses_none_of_them() {
+    swap_while_outputs_are_in_flight(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_of_four_instances_per_shard_while_outputs_are_in_flight_loses_none_of_them() {
+    swap_while_outputs_are_in_flight(&["--parallelism", "4"]).await;
+}
+
+/// A SIGHUP swap from `forward` to `forward-v2` on 4 shards under a
+/// producer, the worker started with `extra` flags.
+async fn swap_while_outputs_are_in_flight(extra: &[&str]) {
     const SIGHUP: i32 = 1;
     let aws = clients().await;
     let (input, output, application) = (unique("swapout-in"), unique("swapout-out"), unique("swapout-app"));
@@ -321,10 +332,11 @@ async fn a_swap_while_outputs_are_in_flight_loses_none_of_them() {
     proxy.set(vec![Rule::every(Some("PutRecords"), Fault::Delay(Duration::from_millis(400)))]);
     let target = format!("out=kinesis:{}", output.name);
     let (path_arg, cache) = (path.display().to_string(), test_cache_dir().display().to_string());
-    let args = [
+    let mut args = vec![
         "run", &path_arg, "--stream", &input.name, "--application", &application, "--worker-id", "w1",
         "--idle-time-between-reads", "200ms", "--cache-dir", &cache, "--output", &target, "--swap-canary-batches", "0",
     ];
+    args.extend_from_slice(extra);
     let variable = "AWS_ENDPOINT_URL_KINESIS";
     let mut worker = KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, &[(variable, proxy.endpoint.as_str())]);
     let producer = Producer::start(&input, "s", Duration::from_millis(100)).await;

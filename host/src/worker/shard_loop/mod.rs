@@ -1,7 +1,7 @@
 //! One leased shard's loop: a processor instance fed from the shard's
 //! reader, restarted from the last checkpoint when it fails (as
 //! [`FailurePolicy`] says), swapped between batches, and shut down for the
-//! right reason.
+//! right reason. With `--parallelism` over 1, [`parallel`] runs the attempt.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicU64;
@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+mod end;
 mod hooks;
 mod parallel;
 mod start;
@@ -21,7 +22,7 @@ use crate::aws::AwsError;
 use crate::failure::retrying::RetryBoard;
 use crate::failure::{self, deliver::Delivery, DeadLetters, Delivered, FailurePolicy, FailureSettings};
 use crate::fetch::{Fetched, Prefetch, StartingPosition};
-use crate::lease::coordinator::{CheckpointFailure, HeldLease};
+use crate::lease::coordinator::HeldLease;
 use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::output::Outputs;
@@ -369,45 +370,6 @@ impl<S: LeaseStore> ShardLoop<S> {
                 Some(Interrupt::Done(Outcome::LeaseLost))
             }
         }
-    }
-
-    /// The shard is fully read and done: `shutdown(shard-end)` on each of
-    /// its instances, then `SHARD_END`.
-    async fn end_shard(&self, instances: &mut [ShardInstance], children: BTreeSet<String>) -> Interrupt {
-        for instance in instances {
-            if let Err(e) = instance.shutdown(ShutdownReason::ShardEnd).await {
-                return Interrupt::Failed(format!("shutdown(shard-end) failed, so SHARD_END was not written: {e}"));
-            }
-        }
-        match self.held.checkpoint(Checkpoint::ShardEnd, &children).await {
-            Ok(()) => {
-                tracing::info!(shard = %self.held.key(), processor = self.processor.borrow().describe(), ?children, "shard processed to its end; SHARD_END written");
-                Interrupt::Done(Outcome::ShardEnd { children })
-            }
-            Err(CheckpointFailure::LeaseLost) => Interrupt::Done(Outcome::LeaseLost),
-            Err(e) => Interrupt::Failed(format!("writing SHARD_END failed: {e}")),
-        }
-    }
-
-    async fn finish_outcome(&self, instance: &mut ShardInstance, outcome: Outcome) -> Interrupt {
-        let reason = if outcome == Outcome::Stopped { ShutdownReason::Requested } else { ShutdownReason::LeaseLost };
-        self.finish(instance, reason).await
-    }
-
-    /// `shutdown(lease-lost)` or `shutdown(requested)`; an error there is
-    /// only logged, since the lease is going away either way. After a lost
-    /// lease the call runs (its checkpoints refused, within the call
-    /// deadline) although the lease is no longer valid: it delivers no
-    /// record, and the processor hears why it stops.
-    async fn finish(&self, instance: &mut ShardInstance, reason: ShutdownReason) -> Interrupt {
-        if reason == ShutdownReason::LeaseLost {
-            instance.revoke_checkpoints();
-            instance.withdraw_when(Arc::new(|| false));
-        }
-        if let Err(e) = instance.shutdown(reason).await {
-            tracing::warn!(shard = %self.held.key(), processor = self.processor.borrow().describe(), "shutdown({reason:?}) failed: {e}");
-        }
-        Interrupt::Done(if reason == ShutdownReason::Requested { Outcome::Stopped } else { Outcome::LeaseLost })
     }
 }
 

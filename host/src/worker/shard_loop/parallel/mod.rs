@@ -91,15 +91,16 @@ impl<S: LeaseStore> ShardLoop<S> {
             }
             self.metrics.lanes(calls.len(), lanes.spread());
             if calls.is_empty() {
+                // An ending wins over a swap: a lane may be spent.
+                if let Some(ending) = ending {
+                    return self.end_lanes(idle, ending, &progress, &mut written).await;
+                }
                 if let Some(to) = swap_to.take() {
                     match self.swap_lanes(&mut idle, &to).await {
                         Ok(()) => running = to,
                         Err(interrupt) => ending = Some(interrupt),
                     }
                     continue;
-                }
-                if let Some(ending) = ending {
-                    return self.end_lanes(idle, ending, &progress, &mut written).await;
                 }
                 if lanes.queued() == 0
                     && let Some(children) = children.take()
