@@ -75,13 +75,20 @@ struct Fleet {
     running: Vec<(String, KclHost)>,
     ended: Vec<(String, Vec<String>)>,
     started: usize,
+    /// Each worker's flags.
+    flags: Vec<&'static str>,
 }
 
 impl Fleet {
     async fn new(name: &str, shards: usize) -> Self {
+        Self::with_flags(name, shards, &FLAGS).await
+    }
+
+    async fn with_flags(name: &str, shards: usize, flags: &[&'static str]) -> Self {
         let aws = clients().await;
         let stream = TestStream::create(&aws.kinesis, &unique(name), shards as i32).await;
-        Fleet { shards, aws, stream, application: unique(&format!("{name}-app")), running: Vec::new(), ended: Vec::new(), started: 0 }
+        let application = unique(&format!("{name}-app"));
+        Fleet { shards, aws, stream, application, running: Vec::new(), ended: Vec::new(), started: 0, flags: flags.to_vec() }
     }
 
     fn add(&mut self, worker: &str, host: KclHost) {
@@ -90,7 +97,7 @@ impl Fleet {
     }
 
     fn start(&mut self, worker: &str) {
-        let host = start_with("counter", &self.stream.name, &self.application, worker, &FLAGS);
+        let host = start_with("counter", &self.stream.name, &self.application, worker, &self.flags);
         self.add(worker, host);
     }
 
@@ -196,6 +203,21 @@ async fn workers_that_start_at_once_join_one_by_one_or_die_and_come_back_never_d
     // kill -9, and a new worker instead.
     fleet.kill("w3").await;
     fleet.start("w5");
+    fleet.balanced().await;
+    fleet.checkpointed_twice().await;
+    fleet.finish(producer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_of_four_instances_per_shard_that_join_and_die_never_deliver_one_shard_together() {
+    let mut fleet = Fleet::with_flags("one-deliverer-par", 6, &[FLAGS[0], FLAGS[1], "--parallelism", "4"]).await;
+    let producer = Producer::start(&fleet.stream, "r", Duration::from_millis(50)).await;
+    fleet.start("w1");
+    fleet.start("w2");
+    fleet.balanced().await;
+    fleet.start("w3");
+    fleet.balanced().await;
+    fleet.kill("w1").await;
     fleet.balanced().await;
     fleet.checkpointed_twice().await;
     fleet.finish(producer).await;
