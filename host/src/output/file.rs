@@ -44,11 +44,29 @@ impl Target for Lines {
                         .append(true)
                         .open(path)
                         .map_err(|e| format!("file:{}: {e}", path.display()))?;
-                    file.write_all(&lines).and_then(|()| file.sync_data()).map_err(|e| format!("file:{}: {e}", path.display()))?;
+                    // A device or a pipe (/dev/null, a FIFO) keeps nothing to sync, and refuses to.
+                    let sync = |file: &std::fs::File| if file.metadata()?.is_file() { file.sync_data() } else { Ok(()) };
+                    file.write_all(&lines).and_then(|()| sync(&file)).map_err(|e| format!("file:{}: {e}", path.display()))?;
                 }
                 Lines::Discard => {}
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_file_gets_its_lines_and_dev_null_takes_them_too() {
+        let record = OutRecord { data: b"hello", partition_key: "k", explicit_hash_key: None };
+        let path = std::env::temp_dir().join(format!("kcl-host-file-target-{}.jsonl", std::process::id()));
+        for target in [Lines::File(path.clone()), Lines::File("/dev/null".into())] {
+            target.write(&[record], &Retries::default()).await.expect("written");
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"partition_key\":\"k\",\"data\":\"hello\"}\n");
+        std::fs::remove_file(path).unwrap();
     }
 }
