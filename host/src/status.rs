@@ -17,6 +17,7 @@ use crate::fetch::StartingPosition;
 use crate::lease::heartbeat::HeartbeatTable;
 use crate::swap::deploy::{Deployed, Version};
 use crate::failure::retrying::Retrying;
+use crate::worker::in_flight::InFlight;
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::rules::{self, is_ready};
 use crate::lease::{Checkpoint, LeaseError, LeaseStore};
@@ -78,6 +79,9 @@ pub struct ShardRow {
     /// What its owner's heartbeat says of the records it retries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retrying: Option<Retrying>,
+    /// With `--parallelism`: its instances' calls, as its owner's heartbeat says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlight>,
 }
 
 /// One worker, as `status` shows it.
@@ -144,6 +148,8 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
         heartbeats.iter().map(|h| (h.worker.as_str(), h.beat_ms.map(|ms| now.saturating_sub(ms)))).collect();
     let retrying: HashMap<(&str, String), Retrying> =
         heartbeats.iter().flat_map(|h| Retrying::reported(h).into_iter().map(|(shard, r)| ((h.worker.as_str(), shard), r))).collect();
+    let in_flight: HashMap<(&str, String), InFlight> =
+        heartbeats.iter().flat_map(|h| InFlight::reported(h).into_iter().map(|(shard, f)| ((h.worker.as_str(), shard), f))).collect();
     let by_key = scan.leases.iter().map(|l| (l.key.as_str(), l)).collect();
     let mut leases_per_worker: BTreeMap<String, usize> = heartbeats.iter().map(|h| (h.worker.clone(), 0)).collect();
     leases_per_worker.extend(rules::live_kcl3_workers(&scan.kcl3_workers, now / 1000).into_iter().map(|w| (w, 0)));
@@ -166,7 +172,9 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
                     Some(Some(_)) => State::Processing,
                 }
             };
-            let retrying = lease.owner.as_deref().and_then(|owner| retrying.get(&(owner, lease.key.to_string()))).cloned();
+            let reported = lease.owner.as_deref().map(|owner| (owner, lease.key.to_string()));
+            let retrying = reported.as_ref().and_then(|key| retrying.get(key)).cloned();
+            let in_flight = reported.as_ref().and_then(|key| in_flight.get(key)).cloned();
             let state = if state == State::Processing && retrying.is_some() { State::Retrying } else { state };
             ShardRow {
                 shard: lease.key.to_string(),
@@ -178,6 +186,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
                 parents: lease.parents.iter().cloned().collect(),
                 lag_ms: None,
                 retrying,
+                in_flight,
             }
         })
         .collect();
@@ -262,6 +271,10 @@ pub fn render(report: &Report) -> String {
         out.push_str(&error);
         out.push('\n');
     }
+    for row in report.shards.iter().filter(|row| row.state == State::Processing || row.state == State::Retrying) {
+        let Some(f) = &row.in_flight else { continue };
+        out.push_str(&format!("{} {} instances: {} calls in flight, slowest {} records behind the fastest\n", row.shard, f.instances, f.calls, f.lag_records));
+    }
     out.push_str(&format!("\n{:<40} {:>6}  {:<20} {}\n", "WORKER", "LEASES", "HEARTBEAT", "PROCESSOR"));
     for worker in &report.workers {
         let beat = match (worker.heartbeat_age_ms, worker.kcl3_report_age_ms) {
@@ -321,7 +334,7 @@ mod tests {
         let shards = (0..64)
             .map(|i| ShardRow {
                 shard: format!("shardId-{i:012}"),
-                state: State::WaitingForParents,
+                state: if i < 2 { State::Processing } else { State::WaitingForParents },
                 owner: Some("ip-10-0-0-1.eu-west-1.compute.internal-12345-abcd".into()),
                 checkpoint: "49590338271490256608559692538361571095921575989136588898".into(),
                 sub_sequence_number: 12,
@@ -329,6 +342,7 @@ mod tests {
                 parents: vec![],
                 lag_ms: Some(1_234_567),
                 retrying: (i == 7).then(|| Retrying { since_ms: clock::unix_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
+                in_flight: (i < 2).then(|| InFlight { instances: 8, calls: 8 - i as usize, lag_records: 120 }),
             })
             .collect();
         let workers = vec![
@@ -339,7 +353,9 @@ mod tests {
         let text = render(&Report { application: "orders".into(), shards, workers, deployed, unreadable: vec![] });
         assert!(text.contains("9f2c1ab3d4e5\n"), "{text}");
         assert!(text.contains("java-3                                        0  3.x report 12s ago"), "a Java KCL 3.x worker holding nothing yet: {text}");
-        assert_eq!(text.lines().filter(|l| l.starts_with("shardId-") && !l.contains(" retrying ")).count(), 64);
+        let detail = |l: &&str| l.contains(" retrying ") || l.contains(" instances: ");
+        assert_eq!(text.lines().filter(|l| l.starts_with("shardId-") && !detail(l)).count(), 64);
+        assert!(text.contains("shardId-000000000001 8 instances: 7 calls in flight, slowest 120 records behind the fastest"), "{text}");
         assert!(text.contains("shardId-000000000007 retrying 5s, 40 failures (no limit: blocked): processor trapped"), "{text}");
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());

@@ -80,6 +80,12 @@ async fn eight_instances_keep_each_keys_order_and_a_kill_9_loses_nothing_nor_pas
 
     let second = start_with("forward", &input.name, &application, "w2", &flags);
     all_forwarded(&inputs, &output, &aws, &application, &second).await;
+    // The worker's heartbeat tells `status` (it beats every third of the failover time).
+    let shard = &inputs[0].shard;
+    outputs::until("status showing the shard's instances", || async {
+        run_to_exit(&["status", "--application", &application], &[]).await.1.contains(&format!("{shard} 8 instances: "))
+    })
+    .await;
     let (status, second_log) = second.interrupt().await;
     assert!(status.success(), "{}", second_log.join("\n"));
 

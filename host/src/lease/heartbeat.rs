@@ -12,7 +12,7 @@
 //! | `beatMillis` | N | the worker's clock at its last beat, for people (the rules use only `heartbeat`) |
 //! | `process` | S | the process that writes the row (host, pid and a nonce) |
 //! | `leasesFreed` | N | how many times this worker left leases for the others to take (created them, finished a parent, gave one back): a reader that sees it move makes a take pass ([`LeaseNews`]) |
-//! | others | | the worker's [`Report`]: what other rooms tell `status` (the processor it runs, its shards retrying); the lease rules never read them |
+//! | others | | the worker's [`Report`]: what other rooms tell `status` (the processor it runs, its shards retrying, its parallel shards' calls; see [`super::board`]); the lease rules never read them |
 //!
 //! A worker that stops deletes its row; the row of one that died is deleted
 //! by the others once it has been still for [`super::watch::FORGET_AFTER`]

@@ -9,6 +9,7 @@
 //! The fleet's liveness is here too: the workers' [`heartbeat`] rows in the
 //! control table, and the [`watch`] that judges them.
 
+pub mod board;
 pub mod coordinator;
 pub mod dynamo;
 pub mod heartbeat;

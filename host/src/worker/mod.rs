@@ -28,6 +28,7 @@
 //!   and at once when a shard ends, so children start right after their parents.
 
 pub mod command;
+pub mod in_flight;
 mod redelivery;
 mod shard_loop;
 mod shards;

@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::in_flight::InFlightBoard;
 use super::redelivery::Budget;
 use super::shard_loop::{OpenReader, Outcome, ShardLoop};
 use crate::fanout::{KinesisSubscriptions, Subscriber};
@@ -82,6 +83,8 @@ pub(super) struct Template {
     pub(super) retrying: Arc<RetryBoard>,
     /// Instances per shard (`--parallelism`).
     pub(super) parallelism: usize,
+    /// The parallel shards' calls in flight, for the heartbeat.
+    pub(super) in_flight: Arc<InFlightBoard>,
     /// Most records one call is given (`--max-records`).
     pub(super) call_records: usize,
 }
@@ -160,6 +163,7 @@ impl ShardLoops {
             dead_letters: self.template.dead_letters.clone(),
             retrying: self.template.retrying.clone(),
             parallelism: self.template.parallelism,
+            in_flight: self.template.in_flight.clone(),
             call_records: self.template.call_records,
         };
         let key = held.key().to_owned();

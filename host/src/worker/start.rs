@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::in_flight::InFlight;
 use super::redelivery::Budget;
 use super::shards::{Balance, KinesisReaders, ShardLoops, Template};
 use super::upkeep::{check_unique, process_name, renew_every, sync_shards, Beat};
@@ -15,7 +16,7 @@ use super::{Summary, Worker, WorkerError};
 use crate::admin::{self, Health};
 use crate::aws::AwsClients;
 use crate::config::WorkerConfig;
-use crate::failure::retrying::RetryBoard;
+use crate::failure::retrying::Retrying;
 use crate::failure::DeadLetters;
 use crate::fanout;
 use crate::fetch::FetchSettings;
@@ -55,7 +56,8 @@ impl Worker {
         let process = process_name();
         check_unique(&control, &me, &read, failover).await?;
         // Others see this worker (and may give it leases) from its first beat on.
-        let retrying = Arc::new(RetryBoard::default());
+        let retrying = Arc::new(Retrying::board());
+        let in_flight = Arc::new(InFlight::board());
         let news = Arc::new(LeaseNews::default());
         let heartbeat = Beat {
             control: control.clone(),
@@ -64,6 +66,7 @@ impl Worker {
             swapper: swapper.clone(),
             cover: coordinator.cover(),
             retrying: retrying.clone(),
+            in_flight: in_flight.clone(),
             news: news.clone(),
         };
         heartbeat.once(true).await?;
@@ -102,6 +105,7 @@ impl Worker {
             dead_letters,
             retrying: retrying.clone(),
             parallelism: config.parallelism,
+            in_flight,
             call_records: config.fetch.max_records as usize,
         };
         let shards = ShardLoops::new(template, rollout, ended_tx, reports_tx);

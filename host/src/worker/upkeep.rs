@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::in_flight::InFlightBoard;
 use super::WorkerError;
 use crate::aws::{AwsClients, AwsError, Service};
 use crate::config::WorkerConfig;
@@ -35,6 +36,8 @@ pub(super) struct Beat {
     pub(super) cover: LeaseCover<DynamoStore>,
     /// Its shards retrying failed records.
     pub(super) retrying: Arc<RetryBoard>,
+    /// Its shards run by several instances.
+    pub(super) in_flight: Arc<InFlightBoard>,
     /// Leases it left for the others, written at once.
     pub(super) news: Arc<LeaseNews>,
 }
@@ -47,6 +50,7 @@ impl Beat {
         let sent = Instant::now();
         let mut report = self.swapper.current().report();
         report.extend(self.retrying.report());
+        report.extend(self.in_flight.report());
         report.push(self.news.report());
         let counter = self.control.beat(&self.me, &self.process, claim, &report).await?;
         if let Some(counter) = counter {

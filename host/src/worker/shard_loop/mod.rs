@@ -15,6 +15,7 @@ mod hooks;
 mod parallel;
 mod start;
 
+use super::in_flight::InFlightBoard;
 use super::redelivery::{Budget, Unacknowledged};
 use hooks::{LeaseSink, ShardHooks};
 use start::{starting_position, Start};
@@ -88,6 +89,8 @@ pub struct ShardLoop<S> {
     pub parallelism: usize,
     /// Most records one call is given with `parallelism` over 1 (`--max-records`).
     pub call_records: usize,
+    /// The worker's parallel shards' calls in flight, for the heartbeat.
+    pub in_flight: Arc<InFlightBoard>,
 }
 
 /// Why one attempt at the shard ended early.
@@ -167,7 +170,9 @@ impl<S: LeaseStore> ShardLoop<S> {
             }
         };
         if self.parallelism > 1 {
-            return self.attempt_parallel(&lease, start, first_delivered).await;
+            let interrupt = self.attempt_parallel(&lease, start, first_delivered).await;
+            self.in_flight.set(self.held.key(), None);
+            return interrupt;
         }
         let checkpointed = Arc::new(StdMutex::new(last_checkpoint.clone()));
         let mut running = self.processor.clone().borrow_and_update().clone();

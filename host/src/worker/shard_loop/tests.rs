@@ -121,9 +121,10 @@ async fn fixture_with(records: Vec<(u64, &'static str)>, closed: bool, policy: P
         outputs,
         failure: Arc::new(failure),
         dead_letters,
-        retrying: Arc::new(RetryBoard::default()),
+        retrying: Arc::new(crate::failure::retrying::Retrying::board()),
         parallelism: 1,
         call_records: 10_000,
+        in_flight: Arc::new(crate::worker::in_flight::InFlight::board()),
     };
     Fixture { shard_loop, shard, store, coordinator, stop, processor, reports, delivered }
 }

@@ -30,6 +30,7 @@ use crate::lease::{Checkpoint, Lease, LeaseStore};
 use crate::records::kpl::HashRange;
 use crate::records::Position;
 use crate::runtime::{Processor, ShardInstance, ShutdownReason};
+use crate::worker::in_flight::InFlight;
 use lanes::{Call, Lanes};
 use progress::Progress;
 
@@ -90,6 +91,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                 }
             }
             self.metrics.lanes(calls.len(), lanes.spread());
+            self.in_flight.set(self.held.key(), Some(InFlight { instances: n, calls: calls.len(), lag_records: lanes.spread() }));
             if calls.is_empty() {
                 // An ending wins over a swap: a lane may be spent.
                 if let Some(ending) = ending {
