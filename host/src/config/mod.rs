@@ -312,6 +312,9 @@ mod tests {
             (Layer { initial_position: Some("AT_TIMESTAMP".into()), ..layer() }, "initial_timestamp"),
             (Layer { failover_time: Some("ten".into()), ..layer() }, "10s"),
             (Layer { max_records: Some(20_000), ..layer() }, "1 to 10000"),
+            (Layer { parallelism: Some(0), ..layer() }, "1 to 64 instances"),
+            (Layer { parallelism: Some(65), ..layer() }, "1 to 64 instances"),
+            (Layer { parallelism: Some(8), max_instances: Some(4), ..layer() }, "max_instances (4)"),
             (Layer { max_leases: Some(0), ..layer() }, "at least 1"),
             (Layer { failover_time: Some("1500".into()), ..layer() }, "with a unit"),
             (Layer { failover_time: Some("0s".into()), ..layer() }, "longer than zero"),
@@ -324,6 +327,15 @@ mod tests {
             let err = WorkerConfig::resolve(layer).unwrap_err().to_string();
             assert!(err.contains(words), "{err:?} should mention {words:?}");
         }
+    }
+
+    #[test]
+    fn parallelism_reads_n_calls_worth_and_counts_n_instances_per_lease() {
+        let file: Layer = toml::from_str("parallelism = 8\nmax_records = 100\nmax_instances = 20").unwrap();
+        let c = WorkerConfig::resolve(layer().over(file)).unwrap();
+        assert_eq!((c.parallelism, c.fetch.max_records, c.fetch_limit(), c.take.max_leases), (8, 100, 800, 2));
+        let c = WorkerConfig::resolve(Layer { parallelism: Some(64), ..layer() }).unwrap();
+        assert_eq!(c.fetch_limit(), 10_000, "GetRecords gives at most 10,000");
     }
 
     #[test]
