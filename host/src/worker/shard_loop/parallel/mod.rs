@@ -4,8 +4,9 @@
 //! instance with its own failure policy (retries, bisection, dead letters),
 //! called with up to `--max-records` of its oldest records while the other
 //! lanes run. A record is done when the call that had it returns ok (its
-//! outputs written), or when the instance checkpointed past it — which,
-//! with N > 1, means "done up to here for my keys". The host writes the
+//! outputs written); within a call that failed, the records the policy gave
+//! up on and those the instance checkpointed ("done up to here for my
+//! keys") are not given to its next instance again. The host writes the
 //! shard's checkpoint itself, at most once a second and whenever the shard
 //! stops or swaps: the last position below which every record of every
 //! lane is done ([`progress`]).
