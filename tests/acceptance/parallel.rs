@@ -5,7 +5,9 @@
 //! stream.
 
 use kcl_testkit::at_or_before;
+use kcl_testkit::faults::{Fault, FaultProxy, Rule};
 
+use super::faults::upstream;
 use super::outputs::{all_forwarded, behind_checkpoint, checkpoints, data, forwarded};
 use super::*;
 
@@ -181,4 +183,48 @@ async fn kpl_user_records_keep_their_keys_order_across_four_instances_a_kill_ins
         assert!(!again || *position > at_kill, "{data} (at {position}) came again though the checkpoint at the kill ({at_kill}) covers it");
     }
     eprintln!("checkpoint at the kill: {at_kill}; {} user records delivered again after it", after.iter().filter(|d| before.iter().any(|b| b.data == d.data)).count());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_per_shard_ride_out_failing_and_slow_checkpoint_writes_and_failing_reads_delivering_each_record_once() {
+    let aws = clients().await;
+    let (input, output, application) = (unique("par-faults"), unique("par-faults-out"), unique("par-faults-app"));
+    let input = TestStream::create(&aws.kinesis, &input, 1).await;
+    let output = TestStream::create(&aws.kinesis, &output, 1).await;
+    sixteen_keys(&input, 40).await;
+    let inputs = input.read_all().await;
+    // Reads are throttled, then fail; later the host's checkpoint writes
+    // fail, then two are slow.
+    let (kinesis, dynamodb) = (FaultProxy::start(&upstream("KINESIS")).await, FaultProxy::start(&upstream("DYNAMODB")).await);
+    let lease_table = format!(r#""TableName":"{application}""#);
+    let fail = |operation, fault, times| Rule { operation: Some(operation), body_contains: None, fault, times: Some(times) };
+    kinesis.set(vec![
+        fail("GetRecords", Fault::Fail(400, "ProvisionedThroughputExceededException"), 3),
+        fail("GetRecords", Fault::Fail(500, "InternalFailure"), 3),
+    ]);
+    let env = [("AWS_ENDPOINT_URL_KINESIS", kinesis.endpoint.as_str()), ("AWS_ENDPOINT_URL_DYNAMODB", dynamodb.endpoint.as_str())];
+    let target = format!("out=kinesis:{}", output.name);
+    let flags = ["--parallelism", "4", "--max-records", "10", "--var", "pause-ms=10", "--output", &target, "--failover-time", "4s"];
+    let mut worker = start_with_env("forward", &input.name, &application, "w1", &flags, &env);
+    // Once it processes, the lease table's writes are the host's checkpoints.
+    worker.wait_for("the first records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 40).await;
+    dynamodb.set(vec![
+        Rule { body_contains: Some(lease_table.clone()), ..fail("UpdateItem", Fault::Fail(500, "InternalFailure"), 12) },
+        Rule { body_contains: Some(lease_table), ..fail("UpdateItem", Fault::Delay(Duration::from_millis(1500)), 2) },
+    ]);
+    all_forwarded(&inputs, &output, &aws, &application, &worker).await;
+    let last = inputs.last().unwrap();
+    outputs::until("the checkpoint at the last record", || async {
+        checkpoints(&aws, &application).await.get(&last.shard) == Some(&last.sequence_number)
+    })
+    .await;
+    assert!(dynamodb.counts().faulted >= 14 && kinesis.counts().faulted >= 6, "every fault was applied");
+    let (status, log) = worker.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    let delivered = delivered(&log);
+    assert!(order_breaks(&delivered, false).is_empty(), "{:?}", order_breaks(&delivered, false));
+    let counts = delivery_counts(&delivered);
+    assert_eq!(counts.len(), inputs.len(), "every record delivered");
+    assert!(counts.values().all(|(n, _)| *n == 1), "no record twice: nothing failed in the processor");
+    assert!(count_lines(&log, "writing the checkpoint at") >= 1, "a checkpoint write failed and was tried again");
 }
