@@ -91,8 +91,9 @@ impl<S: LeaseStore> ShardLoop<S> {
                     }
                 }
             }
-            self.metrics.lanes(calls.len(), lanes.spread());
-            self.in_flight.set(self.held.key(), Some(InFlight { instances: n, calls: calls.len(), lag_records: lanes.spread() }));
+            let lag_records = lanes.spread();
+            self.metrics.lanes(calls.len(), lag_records);
+            self.in_flight.set(self.held.key(), Some(InFlight { instances: n, calls: calls.len(), lag_records }));
             if calls.is_empty() {
                 // An ending wins over a swap: a lane may be spent.
                 if let Some(ending) = ending {
