@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
-use super::row::{kcl3_worker, number, parse, to_item};
+use super::row::{self, kcl3_worker, number, parse, to_item};
 use super::table::KeyedTable;
 use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 use crate::aws::AwsError;
@@ -263,7 +263,7 @@ impl LeaseStore for DynamoStore {
             .expression_attribute_values(":zero", number(0));
         if !children.is_empty() {
             expression.push_str(", childShardIds = :children");
-            update = update.expression_attribute_values(":children", AttributeValue::Ss(children.iter().cloned().collect()));
+            update = update.expression_attribute_values(":children", row::shard_ids(children));
         }
         let ours = |row: &Lease| row.owner == lease.owner && row.checkpoint == *checkpoint;
         self.send_update("UpdateItem (checkpoint)", lease, update.update_expression(expression), ours).await

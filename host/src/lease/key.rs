@@ -51,6 +51,22 @@ impl LeaseKey {
         self.0.rsplit(':').next().unwrap_or(&self.0)
     }
 
+    /// The key of another shard of this key's stream: the shard id alone in
+    /// a single-stream table, `account:stream:creationEpoch:shard` in a
+    /// multi-stream one. A key given whole (with its stream) stays as it is.
+    pub fn sibling(&self, shard_id: &str) -> Self {
+        match (self.stream_part(), shard_id.contains(':')) {
+            (Some(stream), false) => Self(format!("{stream}:{shard_id}")),
+            _ => Self(shard_id.to_owned()),
+        }
+    }
+
+    /// The stream part as the key has it (`account:stream:creationEpoch`);
+    /// `None` for a shard id alone.
+    pub fn stream_part(&self) -> Option<&str> {
+        self.0.rsplit_once(':').map(|(stream, _)| stream)
+    }
+
     /// The stream, for a multi-stream key; `None` for a shard id alone.
     pub fn stream(&self) -> Option<StreamIdentifier> {
         let mut parts = self.0.splitn(4, ':');
@@ -147,5 +163,14 @@ mod tests {
         assert_eq!(key.stream(), Some(stream.clone()));
         assert_eq!(key.shard_id(), "shardId-000000000007");
         assert_eq!(LeaseKey::multi_stream(&stream, "shardId-000000000007").as_str(), text);
+        assert_eq!(key.stream_part(), Some("123456789012:orders:1700000000"));
+    }
+
+    #[test]
+    fn a_sibling_is_a_shard_of_the_same_stream() {
+        let multi = LeaseKey::from("123456789012:orders:1700000000:shardId-000000000007");
+        assert_eq!(multi.sibling("shardId-000000000009"), "123456789012:orders:1700000000:shardId-000000000009");
+        assert_eq!(multi.sibling("123456789012:orders:1700000000:shardId-000000000001"), "123456789012:orders:1700000000:shardId-000000000001");
+        assert_eq!(LeaseKey::shard("shardId-000000000000").sibling("shardId-000000000001"), "shardId-000000000001");
     }
 }

@@ -3,14 +3,15 @@
 //!
 //! | attribute | type | meaning |
 //! |---|---|---|
-//! | `leaseKey` | S (hash key) | shard id |
+//! | `leaseKey` | S (hash key) | shard id; `account:stream:creationEpoch:shardId` in a multi-stream table |
 //! | `leaseOwner` | S | worker id; absent when unowned |
 //! | `leaseCounter` | N | bumped by every write; the fencing token |
 //! | `checkpoint` | S | sequence number, or `TRIM_HORIZON` / `LATEST` / `AT_TIMESTAMP` / `SHARD_END` |
 //! | `checkpointSubSequenceNumber` | N | position inside a KPL record; 0 otherwise |
 //! | `ownerSwitchesSinceCheckpoint` | N | |
-//! | `parentShardId` | SS | parent and adjacent parent |
-//! | `childShardIds` | SS | written with `SHARD_END` |
+//! | `parentShardId` | SS | parent and adjacent parent (shard ids) |
+//! | `childShardIds` | SS | written with `SHARD_END` (shard ids) |
+//! | `streamName`, `shardId` | S | a multi-stream row's parts: `account:stream:creationEpoch`, and the shard id |
 //! | `startingHashKey`, `endingHashKey` | S | the shard's hash range |
 //! | `ownerHeartbeat` | N | kcl-host's: the owner's heartbeat counter at its last take or renewal (see [`Lease::owner_heartbeat`]) |
 //! | `ownerHeartbeatWorker` | S | kcl-host's: whose counter that is; while it names the owner, the owner is a kcl-host worker (see [`Lease::owner_heartbeat_worker`]) |
@@ -20,7 +21,7 @@ use std::collections::BTreeSet;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 pub(super) use super::table::Item;
-use super::{Checkpoint, Lease};
+use super::{Checkpoint, Lease, LeaseKey};
 
 /// A number attribute.
 pub(super) fn number(n: u64) -> AttributeValue {
@@ -45,19 +46,22 @@ pub fn parse(item: &Item) -> Result<Lease, String> {
         Some(AttributeValue::S(value)) => Ok(BTreeSet::from([value.clone()])),
         Some(other) => Err(format!("`{name}` should be a string set, found {other:?}")),
     };
-    let key = string("leaseKey")?.ok_or("no `leaseKey`")?;
+    let key = LeaseKey::from(string("leaseKey")?.ok_or("no `leaseKey`")?);
+    // Java KCL names parents and children by shard id in a multi-stream
+    // row too; in memory they are lease keys, as the rules look them up.
+    let keys = |name: &str| set(name).map(|ids| ids.iter().map(|id| key.sibling(id).into()).collect());
     let checkpoint_text = string("checkpoint")?.ok_or("no `checkpoint`")?;
     let sub = number("checkpointSubSequenceNumber")?.unwrap_or(0);
     let checkpoint = Checkpoint::parse(&checkpoint_text, sub)
         .ok_or_else(|| format!("`checkpoint` is neither a sequence number nor a known position: {checkpoint_text}"))?;
     Ok(Lease {
-        key: key.into(),
+        key: key.clone(),
         owner: string("leaseOwner")?,
         counter: number("leaseCounter")?.ok_or("no `leaseCounter`")?,
         checkpoint,
         owner_switches_since_checkpoint: number("ownerSwitchesSinceCheckpoint")?.unwrap_or(0),
-        parents: set("parentShardId")?,
-        children: set("childShardIds")?,
+        parents: keys("parentShardId")?,
+        children: keys("childShardIds")?,
         owner_heartbeat: number("ownerHeartbeat")?,
         owner_heartbeat_worker: string("ownerHeartbeatWorker")?,
         starting_hash_key: string("startingHashKey")?,
@@ -77,6 +81,11 @@ pub(super) fn kcl3_worker(item: &Item) -> Option<(String, u64)> {
     }
 }
 
+/// `keys` (lease keys of shards) as a row holds them: shard ids.
+pub(super) fn shard_ids(keys: &BTreeSet<String>) -> AttributeValue {
+    AttributeValue::Ss(keys.iter().map(|key| LeaseKey::from(key).shard_id().to_owned()).collect())
+}
+
 /// The row for a new lease.
 pub(super) fn to_item(lease: &Lease) -> Item {
     let mut item = Item::from([
@@ -91,10 +100,15 @@ pub(super) fn to_item(lease: &Lease) -> Item {
     }
     // DynamoDB refuses empty sets: an absent attribute means "none".
     if !lease.parents.is_empty() {
-        item.insert("parentShardId".into(), AttributeValue::Ss(lease.parents.iter().cloned().collect()));
+        item.insert("parentShardId".into(), shard_ids(&lease.parents));
     }
     if !lease.children.is_empty() {
-        item.insert("childShardIds".into(), AttributeValue::Ss(lease.children.iter().cloned().collect()));
+        item.insert("childShardIds".into(), shard_ids(&lease.children));
+    }
+    // Java KCL reads a multi-stream row's parts from these two.
+    if let Some(stream) = lease.key.stream_part() {
+        item.insert("streamName".into(), AttributeValue::S(stream.to_owned()));
+        item.insert("shardId".into(), AttributeValue::S(lease.key.shard_id().to_owned()));
     }
     if let Some(key) = &lease.starting_hash_key {
         item.insert("startingHashKey".into(), AttributeValue::S(key.clone()));
@@ -131,6 +145,26 @@ mod tests {
             Checkpoint::At(Position::new("49590338271490256608559692538361571095921575989136588898", 0).unwrap())
         );
         assert_eq!(lease.parents, BTreeSet::from(["shardId-000000000000".to_owned()]));
+        assert_eq!(to_item(&lease), item);
+    }
+
+    #[test]
+    fn a_java_multi_stream_row_names_its_parents_by_shard_id_and_round_trips() {
+        let stream = "123456789012:orders:1700000000";
+        let item = Item::from([
+            ("leaseKey".into(), AttributeValue::S(format!("{stream}:shardId-000000000002"))),
+            ("leaseCounter".into(), AttributeValue::N("3".into())),
+            ("checkpoint".into(), AttributeValue::S("TRIM_HORIZON".into())),
+            ("checkpointSubSequenceNumber".into(), AttributeValue::N("0".into())),
+            ("ownerSwitchesSinceCheckpoint".into(), AttributeValue::N("0".into())),
+            ("parentShardId".into(), AttributeValue::Ss(vec!["shardId-000000000000".into()])),
+            ("childShardIds".into(), AttributeValue::Ss(vec!["shardId-000000000005".into()])),
+            ("streamName".into(), AttributeValue::S(stream.into())),
+            ("shardId".into(), AttributeValue::S("shardId-000000000002".into())),
+        ]);
+        let lease = parse(&item).unwrap();
+        assert_eq!(lease.parents, BTreeSet::from([format!("{stream}:shardId-000000000000")]));
+        assert_eq!(lease.children, BTreeSet::from([format!("{stream}:shardId-000000000005")]));
         assert_eq!(to_item(&lease), item);
     }
 

@@ -54,7 +54,12 @@ pub struct Coordinator<S> {
     cover: bool,
     /// Whether the last pass found the table [`Self::settled`].
     was_settled: bool,
+    /// The leases this worker may take (those of its streams); every row when `None`.
+    scope: Option<Scope>,
 }
+
+/// Which lease keys a worker may take: those of the streams it reads.
+pub type Scope = Box<dyn Fn(&LeaseKey) -> bool + Send + Sync>;
 
 impl<S: LeaseStore> Coordinator<S> {
     /// A coordinator taking leases from `store` as `worker_id`.
@@ -77,7 +82,15 @@ impl<S: LeaseStore> Coordinator<S> {
             waiting_logged: HashSet::new(),
             cover: false,
             was_settled: false,
+            scope: None,
         }
+    }
+
+    /// Takes only the leases `scope` accepts; of the others, only those a
+    /// live worker holds count (toward the shares), and only in the census.
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = Some(scope);
+        self
     }
 
     /// Makes the next pass take every free or expired lease, whatever the
@@ -119,6 +132,7 @@ impl<S: LeaseStore> Coordinator<S> {
             now,
             cover: false,
             fleet_read_sent: self.fleet_read_sent,
+            scope: self.scope.as_deref(),
         }
     }
 
@@ -135,9 +149,7 @@ impl<S: LeaseStore> Coordinator<S> {
     fn plan_release(&mut self, leases: &[Lease]) -> Vec<LeaseKey> {
         let held = self.held_keys();
         let count = rules::plan_release(leases, &self.view(&held, Instant::now()), &self.settings);
-        let mut candidates: Vec<LeaseKey> = held.difference(&self.releasing).cloned().collect();
-        candidates.sort();
-        let release: Vec<LeaseKey> = candidates.into_iter().rev().take(count).collect();
+        let release = rules::pick_release(held.difference(&self.releasing).cloned().collect(), count);
         self.releasing.extend(release.iter().cloned());
         release
     }
@@ -159,7 +171,8 @@ impl<S: LeaseStore> Coordinator<S> {
     /// leaves leases to take), and take passes may be rare.
     pub fn settled(&self) -> bool {
         let held_by_live = |owner: &str| owner == self.worker_id || self.fleet.live.contains(owner);
-        self.leases.iter().all(|l| l.is_finished() || l.owner.as_deref().is_some_and(held_by_live))
+        let in_scope = |l: &&Lease| self.scope.as_ref().is_none_or(|scope| scope(&l.key));
+        self.leases.iter().filter(in_scope).all(|l| l.is_finished() || l.owner.as_deref().is_some_and(held_by_live))
     }
 
     /// Says when the table became [`Self::settled`] or stopped being so:

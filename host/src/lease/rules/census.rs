@@ -35,6 +35,11 @@ pub struct View<'a> {
     /// this worker saw it hold before then. `None` for a worker that reads
     /// no heartbeats: it judges every owner by its counter, as Java KCL does.
     pub fleet_read_sent: Option<Instant>,
+    /// The leases this worker may take (those of the streams it reads);
+    /// every lease when `None`. A live worker's lease outside it still
+    /// counts toward the shares: while a fleet restarts with another list
+    /// of streams, its workers see different tables.
+    pub scope: Option<&'a (dyn Fn(&LeaseKey) -> bool + Send + Sync)>,
 }
 
 /// The ready leases sorted by who may have them.
@@ -72,8 +77,14 @@ impl<'a> Census<'a> {
             kcl_host: BTreeSet::new(),
         };
         for lease in leases.iter().filter(|l| is_ready(l, &by_key)) {
-            census.ready += 1;
             let owner = lease.owner.as_deref();
+            if view.scope.is_some_and(|scope| !scope(&lease.key)) {
+                if owner.is_some_and(|o| o != view.me && !is_expired(lease, o, view, settings)) {
+                    census.ready += 1;
+                }
+                continue;
+            }
+            census.ready += 1;
             if view.releasing.contains(&lease.key) {
                 census.releasing += 1;
             } else if view.held.contains(&lease.key) {

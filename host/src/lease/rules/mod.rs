@@ -36,7 +36,7 @@ use super::Lease;
 mod census;
 mod plan;
 pub use census::View;
-pub use plan::{above_target, plan_release, plan_take, TakePlan};
+pub use plan::{above_target, pick_release, plan_release, plan_take, TakePlan};
 
 /// Settings for taking leases, with the Java KCL's names and defaults.
 #[derive(Clone, Debug)]

@@ -1,9 +1,11 @@
 //! The plans: what to take and steal ([`plan_take`]), and how much to give
 //! back ([`plan_release`]).
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+
 use super::census::{Census, View};
 use super::TakeSettings;
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseKey};
 
 /// What one take pass should try, as the leases were read.
 #[derive(Debug, Default, PartialEq)]
@@ -35,7 +37,7 @@ pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng
         need = need.saturating_sub(1);
     }
     expired.append(&mut free);
-    for lease in expired {
+    for lease in spread_over_streams(expired, view.held) {
         if need == 0 {
             return plan;
         }
@@ -88,3 +90,52 @@ pub fn above_target(leases: &[Lease], view: &View<'_>, settings: &TakeSettings) 
     census.mine > census.target
 }
 
+
+/// The stream a lease key belongs to, for spreading: its stream part, or
+/// "" for the one stream of a single-stream table.
+fn stream_of(key: &LeaseKey) -> &str {
+    key.stream_part().unwrap_or("")
+}
+
+/// `candidates` in the order to take them so that a worker's leases spread
+/// over the streams of a multi-stream table: each next one from the stream
+/// it holds (or has chosen) fewest of, the given order kept within a stream.
+fn spread_over_streams<'a>(candidates: Vec<&'a Lease>, held: &HashSet<LeaseKey>) -> Vec<&'a Lease> {
+    let mut count: HashMap<String, usize> = HashMap::new();
+    for key in held {
+        *count.entry(stream_of(key).to_owned()).or_default() += 1;
+    }
+    let mut by_stream: BTreeMap<&str, std::collections::VecDeque<&'a Lease>> = BTreeMap::new();
+    for lease in &candidates {
+        by_stream.entry(stream_of(&lease.key)).or_default().push_back(lease);
+    }
+    let mut ordered = Vec::with_capacity(candidates.len());
+    while let Some(stream) = by_stream.keys().copied().min_by_key(|stream| count.get(*stream).copied().unwrap_or(0)) {
+        let queue = by_stream.get_mut(stream).expect("a key of the map");
+        ordered.extend(queue.pop_front());
+        if queue.is_empty() {
+            by_stream.remove(stream);
+        }
+        *count.entry(stream.to_owned()).or_default() += 1;
+    }
+    ordered
+}
+
+/// Which `count` of `candidates` (held leases not being given back) to give
+/// back: each next one from the stream with the most candidates left, the
+/// highest key first, so a worker keeps a share of every stream.
+pub fn pick_release(candidates: Vec<LeaseKey>, count: usize) -> Vec<LeaseKey> {
+    let mut by_stream: BTreeMap<String, Vec<LeaseKey>> = BTreeMap::new();
+    for key in candidates {
+        by_stream.entry(stream_of(&key).to_owned()).or_default().push(key);
+    }
+    for keys in by_stream.values_mut() {
+        keys.sort();
+    }
+    let mut release = Vec::with_capacity(count);
+    while release.len() < count {
+        let Some(keys) = by_stream.values_mut().filter(|keys| !keys.is_empty()).max_by_key(|keys| keys.len()) else { break };
+        release.extend(keys.pop());
+    }
+    release
+}

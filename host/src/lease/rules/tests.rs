@@ -22,7 +22,7 @@ fn plan_in(leases: &[Lease], me: &str, held: &[&str], fleet: &Fleet) -> TakePlan
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(leases, now);
-    let view = View { me, held: &held, releasing: &HashSet::new(), fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None };
+    let view = View { me, held: &held, releasing: &HashSet::new(), fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None, scope: None };
     plan_take(leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(7))
 }
 
@@ -41,7 +41,7 @@ fn release_beside(leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet,
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(leases, now);
-    let view = View { me, held: &held, releasing: &releasing, fleet, kcl3_workers, tracker: &tracker, now, cover: false, fleet_read_sent: None };
+    let view = View { me, held: &held, releasing: &releasing, fleet, kcl3_workers, tracker: &tracker, now, cover: false, fleet_read_sent: None, scope: None };
     plan_release(leases, &view, &TakeSettings::default())
 }
 
@@ -115,7 +115,7 @@ fn expired_leases_are_taken_after_the_failover_time() {
     tracker.observe_leases(&leases, start);
     let mut rng = fastrand::Rng::with_seed(1);
     let (held, fleet) = (HashSet::new(), Fleet::default());
-    let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None };
+    let at = |now| View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None, scope: None };
     let early = plan_take(&leases, &at(start + Duration::from_secs(9)), &settings, &mut rng);
     assert!(early.take.is_empty(), "not before the failover time");
     let late = plan_take(&leases, &at(start + Duration::from_secs(10)), &settings, &mut rng);
@@ -129,7 +129,7 @@ fn max_leases_caps_the_target() {
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(&leases, now);
-    let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None };
+    let view = View { me: "w", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None, scope: None };
     let settings = TakeSettings { max_leases: 4, ..Default::default() };
     let p = plan_take(&leases, &view, &settings, &mut fastrand::Rng::with_seed(3));
     assert_eq!(p.take.len(), 4);
@@ -181,7 +181,7 @@ fn a_watcher_covering_a_departure_takes_every_lease_it_left_and_gives_the_excess
     let now = Instant::now();
     tracker.observe_leases(&leases, now);
     let none = HashSet::new();
-    let view = |cover| View { me: "w1", held: &held, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover, fleet_read_sent: None };
+    let view = |cover| View { me: "w1", held: &held, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover, fleet_read_sent: None, scope: None };
     let settings = TakeSettings::default();
     // 10 ready, 2 live workers: target 5, and w1 holds 2.
     assert_eq!(plan_take(&leases, &view(false), &settings, &mut fastrand::Rng::with_seed(1)).take.len(), 3);
@@ -193,7 +193,7 @@ fn a_watcher_covering_a_departure_takes_every_lease_it_left_and_gives_the_excess
     }
     assert_eq!(release(&leases, "w1", &[], &after), 3);
     let all_mine: HashSet<LeaseKey> = leases[..8].iter().map(|l| l.key.clone()).collect();
-    let view = View { me: "w1", held: &all_mine, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None };
+    let view = View { me: "w1", held: &all_mine, releasing: &none, fleet: &after, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: None, scope: None };
     assert!(above_target(&leases, &view, &settings));
 }
 
@@ -214,7 +214,7 @@ fn a_java_kcl_3_worker_counts_from_its_metrics_row_and_gets_its_share_given_back
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(&leases, now);
-    let view = View { me: "w1", held: &held, releasing: &HashSet::new(), fleet: &alone, kcl3_workers: &live, tracker: &tracker, now, cover: false, fleet_read_sent: None };
+    let view = View { me: "w1", held: &held, releasing: &HashSet::new(), fleet: &alone, kcl3_workers: &live, tracker: &tracker, now, cover: false, fleet_read_sent: None, scope: None };
     assert!(plan_take(&leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(5)).take.is_empty(), "the free lease is left for the 3.x worker");
 }
 
@@ -238,7 +238,7 @@ fn plan_beside_an_unread_worker(start: Instant, now: Instant, read: Instant) -> 
     let (held, fleet) = (HashSet::new(), fleet(&["w1"], &[]));
     let mut tracker = ExpiryTracker::default();
     tracker.observe_leases(&leases, start);
-    let view = View { me: "w1", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: Some(read) };
+    let view = View { me: "w1", held: &held, releasing: &held, fleet: &fleet, kcl3_workers: &NO_KCL3, tracker: &tracker, now, cover: false, fleet_read_sent: Some(read), scope: None };
     plan_take(&leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(9))
 }
 
@@ -266,4 +266,51 @@ fn a_java_kcl_take_of_a_kcl_host_row_leaves_a_java_owner() {
     let taken_by_java = Lease { owner: Some("java-worker".into()), ..kcl_host_lease("s0", "w2") };
     assert!(!taken_by_java.is_owned_by_kcl_host(), "Java KCL changes the owner, not ownerHeartbeatWorker");
     assert!(kcl_host_lease("s0", "w2").is_owned_by_kcl_host());
+}
+
+#[test]
+fn a_worker_takes_and_gives_back_its_share_of_each_stream() {
+    // Two streams of four shards; w2 holds two of `a`'s and is at its
+    // target of 4 of 8: w1's share is the other two of `a` and two of `b`.
+    let key = |stream: &str, i: usize| format!("1:{stream}:7:shardId-{i}");
+    let mut leases: Vec<Lease> = (0..4).flat_map(|i| [lease(&key("a", i), None), lease(&key("b", i), None)]).collect();
+    leases[0].owner = Some("w2".into());
+    leases[2].owner = Some("w2".into());
+    let held = [key("b", 0), key("b", 1)];
+    let held: Vec<&str> = held.iter().map(String::as_str).collect();
+    let taken = plan_in(&leases, "w1", &held, &fleet(&["w2"], &[])).take;
+    let of = |stream: &str| taken.iter().filter(|l| l.key.stream_part() == Some(&format!("1:{stream}:7"))).count();
+    assert_eq!((of("a"), of("b")), (2, 0), "holding two of b, w1 takes a's first: {:?}", keys(&taken));
+
+    // Holding three of `a` and one of `b`, giving back two leaves one of each... then two and one.
+    let mine = vec![LeaseKey::from(key("a", 0)), LeaseKey::from(key("a", 1)), LeaseKey::from(key("a", 2)), LeaseKey::from(key("b", 3))];
+    let given = pick_release(mine.clone(), 2);
+    assert_eq!(given, [LeaseKey::from(key("a", 2)), LeaseKey::from(key("a", 1))], "from the stream held most, highest key first");
+    let given = pick_release(mine, 3);
+    assert_eq!(given.iter().filter(|k| k.as_str().contains(":b:")).count(), 1, "{given:?}");
+    // One stream: the highest keys, as before streams.
+    assert_eq!(pick_release(vec!["s1".into(), "s3".into(), "s2".into()], 2), [LeaseKey::from("s3"), LeaseKey::from("s2")]);
+}
+
+#[test]
+fn a_live_workers_lease_of_a_stream_this_worker_does_not_read_counts_toward_the_shares_and_is_never_taken() {
+    // Mid-roll: w1 reads a, b and c; w2 (not yet restarted) reads a and b.
+    // w2 sees c's leases, held by w1, in its share: 6 leases, 3 each.
+    let key = |stream: &str, i: usize| format!("1:{stream}:7:shardId-{i}");
+    let mut leases = vec![lease(&key("a", 0), Some("w2")), lease(&key("b", 0), Some("w2")), lease(&key("a", 1), None)];
+    leases.extend([lease(&key("b", 1), Some("w1")), lease(&key("c", 0), Some("w1")), lease(&key("c", 1), Some("w1"))]);
+    leases.push(lease(&key("gone", 0), None));
+    let scope = |k: &LeaseKey| !k.as_str().contains(":c:") && !k.as_str().contains(":gone:");
+    let held: HashSet<LeaseKey> = [key("a", 0), key("b", 0)].into_iter().map(LeaseKey::from).collect();
+    let mut tracker = ExpiryTracker::default();
+    let now = Instant::now();
+    tracker.observe_leases(&leases, now);
+    let live = fleet(&["w1", "w2"], &[]);
+    let view = View {
+        me: "w2", held: &held, releasing: &HashSet::new(), fleet: &live, kcl3_workers: &NO_KCL3, tracker: &tracker, now,
+        cover: false, fleet_read_sent: None, scope: Some(&scope),
+    };
+    let plan = plan_take(&leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(7));
+    assert_eq!(keys(&plan.take), BTreeSet::from([key("a", 1).as_str()]), "its third, not the removed stream's free lease");
+    assert!(plan.steal.is_empty());
 }
