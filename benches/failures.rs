@@ -58,7 +58,7 @@ fn batch(data: &[String]) -> Batch {
 
 /// One replay of the batch under `settings`: its time and the records given up on.
 async fn with_policy(processor: &Processor, outputs: &Arc<Outputs>, data: &[String], settings: &FailureSettings) -> (Duration, usize) {
-    let dead_letters = DeadLetters::printed(settings, "bench");
+    let dead_letters = DeadLetters::printed(settings);
     let policy = ReplayPolicy { settings, dead_letters: &dead_letters };
     let started = Instant::now();
     let report = replay::replay(processor, ShardInfo::new("bench", "shardId-0"), batch(data), BATCH, false, outputs, Some(policy)).await.expect("the policy gets past the record");

@@ -1,6 +1,6 @@
-//! The worker's Prometheus metrics. Every series carries the `stream` and
-//! `worker` labels; per-shard series also `shard`, and go away when this
-//! worker's lease on the shard does.
+//! The worker's Prometheus metrics. Every series carries the `application`
+//! and `worker` labels; per-shard series also `stream` and `shard`, and go
+//! away when this worker's lease on the shard does.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,11 +16,13 @@ use crate::runtime::CallError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShardLabels {
+    stream: String,
     shard: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
+    stream: String,
     shard: String,
     /// retryable, fatal, trap, deadline, memory, withdrawn.
     kind: &'static str,
@@ -28,6 +30,7 @@ struct ErrorLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
+    stream: String,
     shard: String,
     /// retry, bisect (calls); dead-letter, skipped (records).
     action: &'static str,
@@ -38,6 +41,7 @@ const POLICY_ACTIONS: [&str; 4] = ["retry", "bisect", "dead-letter", "skipped"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
+    stream: String,
     shard: String,
     /// Short SHA-256 of the component.
     processor: String,
@@ -96,9 +100,9 @@ fn call_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// Metrics of the worker `worker` reading `stream`.
-    pub fn new(stream: &str, worker: &str) -> Self {
-        let labels = [("stream".into(), stream.to_owned().into()), ("worker".into(), worker.to_owned().into())];
+    /// Metrics of the worker `worker` of `application`.
+    pub fn new(application: &str, worker: &str) -> Self {
+        let labels = [("application".into(), application.to_owned().into()), ("worker".into(), worker.to_owned().into())];
         let mut registry = Registry::with_prefix_and_labels("kcl_host", labels.into_iter());
         let metrics = Metrics {
             records: Family::default(),
@@ -182,9 +186,10 @@ impl Metrics {
         text
     }
 
-    /// The series of one shard.
-    pub fn shard(self: &Arc<Self>, shard: &str) -> ShardMetrics {
-        ShardMetrics { metrics: self.clone(), labels: ShardLabels { shard: shard.to_owned() }, version: Default::default() }
+    /// The series of one shard of `stream`.
+    pub fn shard(self: &Arc<Self>, stream: &str, shard: &str) -> ShardMetrics {
+        let labels = ShardLabels { stream: stream.to_owned(), shard: shard.to_owned() };
+        ShardMetrics { metrics: self.clone(), labels, version: Default::default() }
     }
 
     /// The worker holds `count` leases.
@@ -276,7 +281,7 @@ impl ShardMetrics {
             CallError::MemoryLimit(_) => "memory",
             CallError::Withdrawn => "withdrawn",
         };
-        self.metrics.guest_errors.get_or_create(&ErrorLabels { shard: self.labels.shard.clone(), kind }).inc();
+        self.metrics.guest_errors.get_or_create(&ErrorLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), kind }).inc();
     }
 
     /// The shard's processor instance was restarted.
@@ -291,7 +296,7 @@ impl ShardMetrics {
 
     /// The failure policy did `action` to `n` records.
     pub fn failure_events(&self, action: &'static str, n: usize) {
-        self.metrics.policy.get_or_create(&PolicyLabels { shard: self.labels.shard.clone(), action }).inc_by(n as u64);
+        self.metrics.policy.get_or_create(&PolicyLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), action }).inc_by(n as u64);
     }
 
     /// Failed calls on the records the shard retries now.
@@ -315,6 +320,7 @@ impl ShardMetrics {
     /// hash, `name@version` if it has one, and contract version.
     pub fn version(&self, processor: &str, component: Option<&str>, contract: &'static str) {
         let labels = VersionLabels {
+            stream: self.labels.stream.clone(),
             shard: self.labels.shard.clone(),
             processor: processor.to_owned(),
             component: component.unwrap_or_default().to_owned(),
@@ -351,11 +357,11 @@ impl ShardMetrics {
         m.lane_spread.remove(&self.labels);
         m.retry_attempts.remove(&self.labels);
         for action in POLICY_ACTIONS {
-            m.policy.remove(&PolicyLabels { shard: self.labels.shard.clone(), action });
+            m.policy.remove(&PolicyLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), action });
         }
         m.call_seconds.remove(&self.labels);
         for kind in ["retryable", "fatal", "failed-at", "outputs", "trap", "deadline", "memory", "withdrawn"] {
-            m.guest_errors.remove(&ErrorLabels { shard: self.labels.shard.clone(), kind });
+            m.guest_errors.remove(&ErrorLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), kind });
         }
         if let Some(version) = self.version.lock().expect("not poisoned").take() {
             m.version.remove(&version);
@@ -369,21 +375,21 @@ mod tests {
 
     #[test]
     fn a_shard_series_goes_away_when_forgotten() {
-        let metrics = Arc::new(Metrics::new("orders", "w1"));
-        let shard = metrics.shard("shardId-000000000001");
+        let metrics = Arc::new(Metrics::new("orders-app", "w1"));
+        let shard = metrics.shard("orders", "shardId-000000000001");
         shard.processed(3, 30, Duration::from_millis(2));
         shard.version("abc123", None, "0.2.0");
         metrics.leases_held(1);
         let text = metrics.encode();
-        assert!(text.contains(r#"kcl_host_records_processed_total{stream="orders",worker="w1",shard="shardId-000000000001"} 3"#), "{text}");
-        assert!(text.contains(r#"kcl_host_leases_held{stream="orders",worker="w1"} 1"#), "{text}");
+        assert!(text.contains(r#"kcl_host_records_processed_total{application="orders-app",worker="w1",stream="orders",shard="shardId-000000000001"} 3"#), "{text}");
+        assert!(text.contains(r#"kcl_host_leases_held{application="orders-app",worker="w1"} 1"#), "{text}");
         shard.version("def456", Some("counter@2.0.0"), "0.2.0");
         shard.swapped();
         metrics.rolled_back();
         let text = metrics.encode();
         assert!(text.contains(r#"processor="def456",component="counter@2.0.0""#) && !text.contains("abc123"), "a swap replaces the version: {text}");
-        assert!(text.contains(r#"kcl_host_processor_swaps_total{stream="orders",worker="w1",shard="shardId-000000000001"} 1"#), "{text}");
-        assert!(text.contains(r#"kcl_host_processor_rollbacks_total{stream="orders",worker="w1"} 1"#), "{text}");
+        assert!(text.contains(r#"kcl_host_processor_swaps_total{application="orders-app",worker="w1",stream="orders",shard="shardId-000000000001"} 1"#), "{text}");
+        assert!(text.contains(r#"kcl_host_processor_rollbacks_total{application="orders-app",worker="w1"} 1"#), "{text}");
         shard.forget();
         let text = metrics.encode();
         assert!(!text.contains("shardId-000000000001"), "{text}");

@@ -36,13 +36,19 @@ impl InitialPosition {
     }
 }
 
-/// The leases a sync should create, parents before children.
-pub fn plan_new_leases(shards: &[Shard], leases: &[Lease], initial: &InitialPosition) -> Vec<Lease> {
+/// The leases a sync of one stream should create, parents before
+/// children: `shards` are the stream's, `leases` its leases, and `key`
+/// names a shard's lease (the shard id, or with the stream).
+pub fn plan_new_leases(shards: &[Shard], leases: &[&Lease], initial: &InitialPosition, key: impl Fn(&str) -> LeaseKey) -> Vec<Lease> {
     let graph = Graph::new(shards, leases);
     let mut planned: HashMap<&str, bool> = HashMap::new();
     let mut created = Vec::new();
     for shard in shards {
         graph.plan(&shard.id, initial, &mut planned, &mut created);
+    }
+    for lease in &mut created {
+        lease.key = key(lease.key.as_str());
+        lease.parents = lease.parents.iter().map(|parent| key(parent).into()).collect();
     }
     created
 }
@@ -66,7 +72,7 @@ struct Graph<'a> {
 }
 
 impl<'a> Graph<'a> {
-    fn new(shards: &'a [Shard], leases: &'a [Lease]) -> Self {
+    fn new(shards: &'a [Shard], leases: &[&'a Lease]) -> Self {
         let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
         for shard in shards {
             for parent in &shard.parents {
@@ -76,7 +82,7 @@ impl<'a> Graph<'a> {
         Self {
             shards: shards.iter().map(|s| (s.id.as_str(), s)).collect(),
             children,
-            leased: leases.iter().map(|l| l.key.as_str()).collect(),
+            leased: leases.iter().map(|l| l.key.shard_id()).collect(),
         }
     }
 
@@ -140,7 +146,8 @@ mod tests {
     }
 
     fn planned(shards: &[Shard], leases: &[Lease], initial: InitialPosition) -> Vec<(String, Checkpoint)> {
-        plan_new_leases(shards, leases, &initial).into_iter().map(|l| (l.key.into(), l.checkpoint)).collect()
+        let leases: Vec<&Lease> = leases.iter().collect();
+        plan_new_leases(shards, &leases, &initial, |id| LeaseKey::shard(id)).into_iter().map(|l| (l.key.into(), l.checkpoint)).collect()
     }
 
     /// The seed's stream: one shard split into two.
@@ -170,9 +177,19 @@ mod tests {
     #[test]
     fn a_merge_child_has_both_parents() {
         let shards = vec![shard("a", &[], true), shard("b", &[], true), shard("m", &["a", "b"], false)];
-        let leases = plan_new_leases(&shards, &[], &InitialPosition::TrimHorizon);
+        let leases = plan_new_leases(&shards, &[], &InitialPosition::TrimHorizon, |id| LeaseKey::shard(id));
         let merged = leases.iter().find(|l| l.key == "m").unwrap();
         assert_eq!(merged.parents, BTreeSet::from(["a".to_owned(), "b".to_owned()]));
+    }
+
+    #[test]
+    fn a_multi_stream_plan_keys_each_lease_and_its_parents_with_the_stream() {
+        let stream = crate::lease::StreamIdentifier { account: "1".into(), name: "orders".into(), creation_epoch: 2 };
+        let existing = Lease::new(LeaseKey::multi_stream(&stream, "s0"), Checkpoint::ShardEnd, BTreeSet::new());
+        let leases = plan_new_leases(&split(), &[&existing], &InitialPosition::TrimHorizon, |id| LeaseKey::multi_stream(&stream, id));
+        let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+        assert_eq!(keys, ["1:orders:2:s1", "1:orders:2:s2"], "s0 has its lease already");
+        assert_eq!(leases[0].parents, BTreeSet::from(["1:orders:2:s0".to_owned()]));
     }
 
     #[test]

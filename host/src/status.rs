@@ -20,7 +20,7 @@ use crate::failure::retrying::Retrying;
 use crate::worker::in_flight::InFlight;
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::rules::{self, is_ready};
-use crate::lease::{Checkpoint, LeaseError, LeaseStore};
+use crate::lease::{Checkpoint, LeaseError, LeaseKey, LeaseStore};
 
 /// The state of one shard, as the tables show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -59,8 +59,11 @@ impl State {
 /// One shard's lease, as `status` shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct ShardRow {
-    /// The shard id.
+    /// The lease key: the shard id, or `account:stream:creationEpoch:shardId`.
     pub shard: String,
+    /// The stream's name, when the key names one (a multi-stream application).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
     /// Where it stands.
     pub state: State,
     /// Who holds it.
@@ -178,6 +181,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
             let state = if state == State::Processing && retrying.is_some() { State::Retrying } else { state };
             ShardRow {
                 shard: lease.key.to_string(),
+                stream: lease.key.stream().map(|stream| stream.name),
                 state,
                 owner: lease.owner.clone(),
                 checkpoint: lease.checkpoint.as_column().to_owned(),
@@ -211,16 +215,28 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
 }
 
 /// Fills `lag_ms` for every shard being processed: one GetRecords from just
-/// after its checkpoint says how far that is behind the tip.
-pub async fn add_lag(report: &mut Report, clients: &AwsClients, stream: &str) -> Result<(), crate::aws::AwsError> {
+/// after its checkpoint says how far that is behind the tip. A key that
+/// names no stream is of `stream` (`--stream`); without it, its lag is left out.
+pub async fn add_lag(report: &mut Report, clients: &AwsClients, stream: Option<&str>) -> Result<(), crate::aws::AwsError> {
     for row in report.shards.iter_mut().filter(|r| r.state != State::ShardEnd) {
+        let Some(stream) = row.stream.as_deref().or(stream) else { continue };
         let start = match Checkpoint::parse(&row.checkpoint, row.sub_sequence_number) {
             Some(Checkpoint::At(position)) => StartingPosition::After(position.sequence_number().to_owned()),
             _ => StartingPosition::TrimHorizon,
         };
-        row.lag_ms = crate::fetch::millis_behind(&clients.kinesis, stream, &row.shard, start).await?;
+        row.lag_ms = crate::fetch::millis_behind(&clients.kinesis, stream, LeaseKey::from(&row.shard).shard_id(), start).await?;
     }
     Ok(())
+}
+
+impl ShardRow {
+    /// The shard as the table shows it: `stream/shardId` in a multi-stream application.
+    fn label(&self) -> String {
+        match &self.stream {
+            Some(stream) => format!("{stream}/{}", LeaseKey::from(&self.shard).shard_id()),
+            None => self.shard.clone(),
+        }
+    }
 }
 
 /// `n` characters of `text` at most, the middle elided.
@@ -241,14 +257,21 @@ pub fn render(report: &Report) -> String {
     let mut out = format!("{} — {}, {}\n", report.application, plural(report.shards.len(), "shard", "shards"), plural(report.workers.len(), "worker", "workers"));
     out.push_str(&format!("{:<21} {:<10} {:<20} {:<24} {:>8}", "SHARD", "STATE", "OWNER", "CHECKPOINT", "COUNTER"));
     out.push_str(if lag { "      LAG\n" } else { "\n" });
+    // A multi-stream table's rows (sorted by key, so by stream) under a line per stream.
+    let mut stream_shown = None;
     for row in &report.shards {
+        if let Some(stream) = row.stream.as_deref().filter(|s| stream_shown != Some(*s)) {
+            out.push_str(&fit(&format!("stream {stream}:"), 100));
+            out.push('\n');
+            stream_shown = Some(stream);
+        }
         let checkpoint = match row.sub_sequence_number {
             0 => row.checkpoint.clone(),
             sub => format!("{}/{sub}", row.checkpoint),
         };
         out.push_str(&format!(
             "{:<21} {:<10} {:<20} {:<24} {:>8}",
-            fit(&row.shard, 21),
+            fit(LeaseKey::from(&row.shard).shard_id(), 21),
             row.state.label(),
             fit(row.owner.as_deref().unwrap_or("-"), 20),
             fit(&checkpoint, 24),
@@ -263,7 +286,7 @@ pub fn render(report: &Report) -> String {
     for row in &report.shards {
         let Some(retrying) = &row.retrying else { continue };
         let limit = retrying.limit.map_or("no limit: blocked".to_owned(), |n| format!("gives up after {}", n + 1));
-        let line = format!("{} retrying {}s, {} failures ({limit}): ", row.shard, now.saturating_sub(retrying.since_ms) / 1000, retrying.attempts);
+        let line = format!("{} retrying {}s, {} failures ({limit}): ", row.label(), now.saturating_sub(retrying.since_ms) / 1000, retrying.attempts);
         // The error's start says what it is; its end (a backtrace) can go.
         let room = 100usize.saturating_sub(line.chars().count());
         let error: String = retrying.last_error.lines().next().unwrap_or_default().chars().take(room).collect();
@@ -273,7 +296,9 @@ pub fn render(report: &Report) -> String {
     }
     for row in report.shards.iter().filter(|row| row.state == State::Processing || row.state == State::Retrying) {
         let Some(f) = &row.in_flight else { continue };
-        out.push_str(&format!("{} {} instances: {} calls in flight, slowest {} records behind the fastest\n", row.shard, f.instances, f.calls, f.lag_records));
+        let line = format!("{} {} instances: {} calls in flight, slowest {} records behind the fastest", row.label(), f.instances, f.calls, f.lag_records);
+        out.push_str(&fit(&line, 100));
+        out.push('\n');
     }
     out.push_str(&format!("\n{:<40} {:>6}  {:<20} {}\n", "WORKER", "LEASES", "HEARTBEAT", "PROCESSOR"));
     for worker in &report.workers {
@@ -307,8 +332,8 @@ pub async fn command(args: StatusArgs) -> Result<(), String> {
     };
     loop {
         let mut report = read(&clients, &args.application, failover).await.map_err(|e| e.to_string())?;
-        if let (true, Some(stream)) = (args.lag, &args.stream) {
-            add_lag(&mut report, &clients, stream).await.map_err(|e| e.to_string())?;
+        if args.lag {
+            add_lag(&mut report, &clients, args.stream.as_deref()).await.map_err(|e| e.to_string())?;
         }
         let text = if args.json {
             serde_json::to_string_pretty(&report).expect("the report serializes")
@@ -334,6 +359,7 @@ mod tests {
         let shards = (0..64)
             .map(|i| ShardRow {
                 shard: format!("shardId-{i:012}"),
+                stream: None,
                 state: if i < 2 { State::Processing } else { State::WaitingForParents },
                 owner: Some("ip-10-0-0-1.eu-west-1.compute.internal-12345-abcd".into()),
                 checkpoint: "49590338271490256608559692538361571095921575989136588898".into(),

@@ -60,7 +60,7 @@ pub(super) async fn owners(aws: &AwsClients, application: &str) -> BTreeMap<Stri
 
 /// Reads the lease table until the owners are `expected`: leases move
 /// after checkpoints, and nothing in a log says the last one has.
-async fn owners_become(aws: &AwsClients, application: &str, expected: BTreeMap<String, usize>) {
+pub(super) async fn owners_become(aws: &AwsClients, application: &str, expected: BTreeMap<String, usize>) {
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         let now = owners(aws, application).await;
@@ -73,7 +73,7 @@ async fn owners_become(aws: &AwsClients, application: &str, expected: BTreeMap<S
 }
 
 /// Puts 10 records on every open shard of `stream`, noting them in `records`.
-async fn put_all(stream: &TestStream, phase: &str, records: &mut BTreeSet<String>) {
+pub(super) async fn put_all(stream: &TestStream, phase: &str, records: &mut BTreeSet<String>) {
     for shard in stream.shards().await.into_iter().filter(|s| !s.closed) {
         let put = payloads(&format!("{phase}-{}", shard.id), 10);
         stream.put(&shard.id, &put).await;
@@ -82,7 +82,7 @@ async fn put_all(stream: &TestStream, phase: &str, records: &mut BTreeSet<String
 }
 
 /// Whether the records in `log` and `others` include every one of `expected`.
-fn covers(log: &[String], others: &[Delivered], expected: &BTreeSet<String>) -> bool {
+pub(super) fn covers(log: &[String], others: &[Delivered], expected: &BTreeSet<String>) -> bool {
     let seen: BTreeSet<String> =
         log.iter().filter_map(|l| kcl_testkit::process::parse_delivered(l)).chain(others.iter().cloned()).map(|d| d.data).collect();
     seen.is_superset(expected)
@@ -105,7 +105,7 @@ fn only_after_checkpoints_twice(counts: &BTreeMap<&str, (usize, &Delivered)>, ch
     }
 }
 
-fn delivered_set(counts: &BTreeMap<&str, (usize, &Delivered)>) -> BTreeSet<String> {
+pub(super) fn delivered_set(counts: &BTreeMap<&str, (usize, &Delivered)>) -> BTreeSet<String> {
     counts.keys().map(|k| k.to_string()).collect()
 }
 

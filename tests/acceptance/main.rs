@@ -23,6 +23,7 @@ mod outputs;
 mod parallel;
 mod records;
 mod rollout;
+mod streams;
 mod swap;
 
 /// A guest's path, as an argument.

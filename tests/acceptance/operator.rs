@@ -51,7 +51,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
                 ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
                 ("AWS_CONFIG_FILE", "/nonexistent"),
             ],
-            "no AWS credentials were found for ListShards (looked in the environment",
+            "no AWS credentials were found for DescribeStreamSummary (looked in the environment",
         ),
         (vec!["run", &counter, "--stream", "s", "--application", &long_application], vec![], "use 3 to 237 characters (it names the lease table"),
         (vec!["run", &counter, "--stream", "s", "--application", "app", "--idle-time-between-reads", "-1s"], vec![], "use a duration with a unit"),
@@ -87,7 +87,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
     let (code, text) = run_to_exit(&["run", &counter, "--stream", "s", "--application", "app"], &no_credentials).await;
     assert_ne!(code, 0);
     assert!(!imds.requests().is_empty(), "the SDK asked instance metadata");
-    assert!(text.contains("no AWS credentials were found for ListShards") && text.contains("the last to fail said: ") && text.contains("IMDS"), "{text}");
+    assert!(text.contains("no AWS credentials were found for DescribeStreamSummary") && text.contains("the last to fail said: ") && text.contains("IMDS"), "{text}");
     assert!(!text.contains("WARN") && !text.contains("cannot reach"), "{text}");
 }
 

@@ -477,7 +477,7 @@ async fn a_rust_processor_swapped_for_its_python_twin_resumes_after_the_last_che
         let data = |records: &[Delivered]| records.iter().filter(|d| &d.shard == shard).map(|d| d.data.clone()).collect::<Vec<_>>();
         assert_eq!(data(&rust), payloads(&format!("rust-{shard}"), 150), "{shard}: the Rust version, in order");
         assert_eq!(data(&python), payloads(&format!("python-{shard}"), 50), "{shard}: the Python version, once each and in order");
-        let last = python.iter().filter(|d| &d.shard == shard).last().unwrap();
+        let last = python.iter().rfind(|d| &d.shard == shard).unwrap();
         assert_eq!(lease_checkpoints.get(shard), Some(&last.sequence_number), "{shard}: the Python version checkpointed at the stop");
     }
 }

@@ -124,10 +124,10 @@ pub struct StatusArgs {
     /// Refresh every interval, like 2s, until interrupted.
     #[arg(long)]
     pub watch: Option<String>,
-    /// Also show how far each checkpoint is behind the shard's tip (reads Kinesis; needs --stream).
-    #[arg(long, requires = "stream")]
+    /// Also show how far each checkpoint is behind the shard's tip (reads Kinesis; a single-stream table needs --stream).
+    #[arg(long)]
     pub lag: bool,
-    /// The stream, for --lag.
+    /// The stream of a single-stream table, for --lag (a multi-stream table's keys name theirs).
     #[arg(long, env = "KCL_HOST_STREAM")]
     pub stream: Option<String>,
     /// A heartbeat older than this counts as stopped (the workers' --failover-time) [default: 10s].
@@ -165,9 +165,9 @@ pub struct RunArgs {
     /// TOML file with any of the settings below (flags and variables win).
     #[arg(long, env = "KCL_HOST_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Kinesis stream to consume: its name or its ARN.
-    #[arg(long, env = "KCL_HOST_STREAM")]
-    pub stream: Option<String>,
+    /// Kinesis stream to consume: its name or its ARN. Give it more than once (or a comma-separated list) to consume several streams in one application: their lease keys then name the stream, as Java KCL's multi-stream applications' do.
+    #[arg(long, env = "KCL_HOST_STREAM", value_delimiter = ',')]
+    pub stream: Vec<String>,
     /// Application name; also the DynamoDB lease table's name.
     #[arg(long, env = "KCL_HOST_APPLICATION")]
     pub application: Option<String>,
@@ -253,7 +253,8 @@ impl RunArgs {
     /// The settings given as flags or variables, as a layer over the file.
     pub fn layer(&self) -> Layer {
         Layer {
-            stream: self.stream.clone(),
+            stream: (self.stream.len() == 1).then(|| self.stream[0].clone()),
+            streams: (self.stream.len() > 1).then(|| self.stream.iter().cloned().map(crate::config::StreamEntry::Name).collect()),
             application: self.application.clone(),
             worker_id: self.worker_id.clone(),
             region: self.region.clone(),

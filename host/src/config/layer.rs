@@ -30,6 +30,8 @@ const MAX_RECORD_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 #[allow(missing_docs)] // each field is documented as its flag
 pub struct Layer {
     pub stream: Option<String>,
+    /// `streams` in the file, or `--stream` given more than once.
+    pub streams: Option<Vec<super::StreamEntry>>,
     pub application: Option<String>,
     pub worker_id: Option<String>,
     pub region: Option<String>,
@@ -85,11 +87,16 @@ impl Layer {
 
     /// This layer, with `lower` filling what it leaves out.
     pub fn over(self, lower: Layer) -> Layer {
+        // `stream` and `streams` are one setting: the upper layer's wins whole.
+        let (stream, streams) = match (self.stream, self.streams) {
+            (None, None) => (lower.stream, lower.streams),
+            upper => upper,
+        };
         macro_rules! merge {
-            ($($field:ident),*) => { Layer { $($field: self.$field.or(lower.$field)),* } };
+            ($($field:ident),*) => { Layer { stream, streams, $($field: self.$field.or(lower.$field)),* } };
         }
         merge!(
-            stream, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
+            application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, lease_renewal, fleet_heartbeat_reads, failover_time, shard_sync_interval,
             idle_time_between_reads, max_records, parallelism, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
             swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache, outputs,

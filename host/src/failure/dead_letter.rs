@@ -83,6 +83,8 @@ pub struct DeadLetter<'a> {
 /// What is known of a give-up beyond the records themselves.
 #[derive(Clone, Copy, Debug)]
 pub struct GiveUp<'a> {
+    /// The stream the records are in.
+    pub stream: &'a str,
     /// The shard the records are in.
     pub shard: &'a str,
     /// Why.
@@ -101,9 +103,9 @@ fn rfc3339(ms: u64) -> String {
 
 impl<'a> DeadLetter<'a> {
     /// The envelope of `record`.
-    pub fn new(stream: &'a str, record: &Record<'a>, why: &GiveUp<'a>) -> Self {
+    pub fn new(record: &Record<'a>, why: &GiveUp<'a>) -> Self {
         Self {
-            stream,
+            stream: why.stream,
             shard: why.shard,
             sequence_number: record.sequence_number,
             sub_sequence_number: record.sub_sequence_number,
@@ -127,7 +129,6 @@ impl<'a> DeadLetter<'a> {
 
 /// Where a worker's records given up on go, and how many went.
 pub struct DeadLetters {
-    stream: String,
     /// The `on-failure` target, as an output of its own.
     target: Option<Arc<Outputs>>,
     written: AtomicU64,
@@ -137,7 +138,7 @@ pub struct DeadLetters {
 impl DeadLetters {
     /// Connects the `on-failure` target, if there is one (a stream or table
     /// that does not exist is an error at start-up, naming it).
-    pub async fn connect(settings: &FailureSettings, clients: &AwsClients, stream: &str, metrics: Option<Arc<crate::metrics::Metrics>>) -> Result<Arc<Self>, String> {
+    pub async fn connect(settings: &FailureSettings, clients: &AwsClients, metrics: Option<Arc<crate::metrics::Metrics>>) -> Result<Arc<Self>, String> {
         let target = match &settings.on_failure {
             Some(target) => {
                 let spec = OutputSpec { name: ON_FAILURE.into(), target: target.clone() };
@@ -146,18 +147,18 @@ impl DeadLetters {
             }
             None => None,
         };
-        Ok(Arc::new(Self::new(stream, target)))
+        Ok(Arc::new(Self::new(target)))
     }
 
     /// For `replay`: a file target writes its file, any other prints its
     /// envelopes on stdout.
-    pub fn printed(settings: &FailureSettings, stream: &str) -> Arc<Self> {
+    pub fn printed(settings: &FailureSettings) -> Arc<Self> {
         let target = settings.on_failure.as_ref().map(|target| Outputs::printed(&[OutputSpec { name: ON_FAILURE.into(), target: target.clone() }], 0));
-        Arc::new(Self::new(stream, target))
+        Arc::new(Self::new(target))
     }
 
-    fn new(stream: &str, target: Option<Arc<Outputs>>) -> Self {
-        Self { stream: stream.to_owned(), target, written: AtomicU64::new(0), skipped: AtomicU64::new(0) }
+    fn new(target: Option<Arc<Outputs>>) -> Self {
+        Self { target, written: AtomicU64::new(0), skipped: AtomicU64::new(0) }
     }
 
     /// Whether records given up on are kept (rather than skipped).
@@ -170,7 +171,7 @@ impl DeadLetters {
     /// counts it skipped. `Err` when the target kept failing: nothing may
     /// be checkpointed past these records yet.
     pub async fn write(&self, records: &Batch, why: &GiveUp<'_>) -> Result<(), String> {
-        let letters: Vec<DeadLetter<'_>> = records.iter().map(|record| DeadLetter::new(&self.stream, &record, why)).collect();
+        let letters: Vec<DeadLetter<'_>> = records.iter().map(|record| DeadLetter::new(&record, why)).collect();
         let Some(target) = &self.target else {
             for letter in &letters {
                 tracing::error!(shard = why.shard, "gave up on a record and SKIPPED it (no --on-failure target): {}", String::from_utf8_lossy(&letter.json()));
@@ -235,8 +236,8 @@ mod tests {
             arrival_timestamp_ms: 1_769_860_800_000,
             explicit_hash_key: None,
         };
-        let why = GiveUp { shard: "shardId-1", condition: Condition::RetryAttemptsExhausted, attempts: 3, error: "processor trapped: boom", processor: "abc (p@1)" };
-        let json: serde_json::Value = serde_json::from_slice(&DeadLetter::new("orders", &record, &why).json()).unwrap();
+        let why = GiveUp { stream: "orders", shard: "shardId-1", condition: Condition::RetryAttemptsExhausted, attempts: 3, error: "processor trapped: boom", processor: "abc (p@1)" };
+        let json: serde_json::Value = serde_json::from_slice(&DeadLetter::new(&record, &why).json()).unwrap();
         assert_eq!(json["stream"], "orders");
         assert_eq!(json["shard"], "shardId-1");
         assert_eq!(json["sequence_number"], "49");

@@ -52,6 +52,8 @@ pub struct Delivery<'a> {
     pub policy: &'a mut FailurePolicy,
     /// The failure target.
     pub dead_letters: &'a DeadLetters,
+    /// The stream's name.
+    pub stream: &'a str,
     /// The shard id.
     pub shard: &'a str,
     /// The processor version's hash (what the rollout knows it by).
@@ -65,7 +67,7 @@ pub struct Delivery<'a> {
 /// retries, partial checkpoints, bisection and give-ups. Records older than
 /// `max-record-age` are given up on without a call.
 pub async fn deliver<H: Hooks>(instance: &mut ShardInstance, batch: &mut Batch, delivery: Delivery<'_>, hooks: &H) -> Delivered<H::Stop> {
-    let Delivery { policy, dead_letters, shard, version, processor } = delivery;
+    let Delivery { policy, dead_letters, stream, shard, version, processor } = delivery;
     let mut from = 0;
     while from < batch.len() {
         if let Err(stop) = hooks.check() {
@@ -73,7 +75,7 @@ pub async fn deliver<H: Hooks>(instance: &mut ShardInstance, batch: &mut Batch, 
         }
         let old = policy.too_old(batch, from, clock::unix_ms());
         if old > 0 {
-            let why = GiveUp { shard, condition: Condition::RecordAgeExceeded, attempts: 0, error: "older than --max-record-age", processor };
+            let why = GiveUp { stream, shard, condition: Condition::RecordAgeExceeded, attempts: 0, error: "older than --max-record-age", processor };
             if let Some(end) = give_up(instance, &batch.slice(from, old), &why, dead_letters, hooks).await {
                 return end;
             }
@@ -123,7 +125,7 @@ pub async fn deliver<H: Hooks>(instance: &mut ShardInstance, batch: &mut Batch, 
             }
             Step::GiveUp { records, condition, attempts } => {
                 let message = error.summary();
-                let why = GiveUp { shard, condition, attempts, error: &message, processor };
+                let why = GiveUp { stream, shard, condition, attempts, error: &message, processor };
                 if let Some(end) = give_up(instance, &head.slice(0, records), &why, dead_letters, hooks).await {
                     return end;
                 }

@@ -41,7 +41,7 @@ pub async fn run(command: ReplayCommand) -> Result<(), String> {
     let config = RuntimeConfig { max_instances: 2, ..command.runtime };
     let outputs = Outputs::printed(&command.outputs.0, command.outputs.1);
     let settings = command.failure;
-    let dead_letters = DeadLetters::printed(&settings, &command.shard.stream_name);
+    let dead_letters = DeadLetters::printed(&settings);
     let runtime = Runtime::new(config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &command.processor).await.map_err(|e| e.to_string())?;
     let policy = ReplayPolicy { settings: &settings, dead_letters: &dead_letters };

@@ -229,7 +229,7 @@ pub async fn replay(
     let started = Instant::now();
     let sink = RecordingSink { print: print_checkpoints, ..RecordingSink::default() };
     let strict = FailureSettings::default();
-    let no_target = DeadLetters::printed(&strict, &shard.stream_name);
+    let no_target = DeadLetters::printed(&strict);
     let (settings, dead_letters) = policy.as_ref().map_or((&strict, &*no_target), |p| (p.settings, p.dead_letters));
     let hooks = ReplayHooks { stop_at_failure: !settings.gives_up(), failure: Mutex::new(None), records: AtomicUsize::new(0), given_up: AtomicUsize::new(0) };
     let mut failures = FailurePolicy::new(settings);
@@ -262,7 +262,7 @@ pub async fn replay(
         let count = batch.len();
         batch.millis_behind_latest = behind_latest_ms(&batch, total - next - count);
         let described = processor.describe();
-        let delivery = Delivery { policy: &mut failures, dead_letters, shard: &shard.shard_id, version: processor.hash(), processor: described };
+        let delivery = Delivery { policy: &mut failures, dead_letters, stream: &shard.stream_name, shard: &shard.shard_id, version: processor.hash(), processor: described };
         match failure::deliver(&mut instance, &mut batch, delivery, &hooks).await {
             Delivered::Done => {
                 report.batches += 1;

@@ -26,14 +26,15 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
     let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
     let region = clients.kinesis.config().region().map(ToString::to_string).unwrap_or_default();
+    let streams: Vec<String> = config.streams.iter().map(|s| format!("`{}` (new shards from {:?})", s.name, s.initial_position)).collect();
     tracing::info!(
-        "worker {} consuming stream `{}` with {} {} (lease table `{}`, new shards from {:?}, failover {:?})",
+        "worker {} consuming {} {} with {} {} (lease table `{}`, failover {:?})",
         config.worker_id,
-        config.stream,
+        if streams.len() == 1 { "stream" } else { "streams" },
+        streams.join(", "),
         args.processor.display(),
         processor.describe(),
         config.application,
-        config.initial_position,
         config.take.failover_time,
     );
     let aws = config.aws.clone();

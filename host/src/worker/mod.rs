@@ -105,7 +105,7 @@ pub struct Summary {
     pub skipped: u64,
 }
 
-/// Consumes `config.stream` until `shutdown` resolves, with the processor
+/// Consumes `config.streams` until `shutdown` resolves, with the processor
 /// `swapper` holds. Each version it offers is rolled out: a canary shard
 /// first, then every shard at its next batch boundary, rolled back if it
 /// fails (see [`crate::swap::rollout`]).
@@ -129,6 +129,8 @@ pub async fn run(
 struct Worker {
     config: WorkerConfig,
     clients: AwsClients,
+    /// The streams it reads, and how lease keys name their shards.
+    streams: Arc<crate::stream::Streams>,
     started: Instant,
     me: String,
     process: String,
@@ -309,7 +311,7 @@ impl Worker {
     }
 
     async fn sync_shards(&mut self) {
-        match sync_shards(&self.config, &self.clients, &self.store, self.coordinator.leases()).await {
+        match sync_shards(&self.streams, &self.clients, &self.store, self.coordinator.leases()).await {
             Ok(true) => self.news.freed(),
             Ok(false) => {}
             Err(e) => tracing::warn!("shard sync failed: {e}"),

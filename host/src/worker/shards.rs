@@ -26,6 +26,8 @@ use crate::failure::{DeadLetters, FailureSettings};
 use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::runtime::Processor;
+use crate::shard::InitialPosition;
+use crate::stream::Streams;
 use crate::swap::rollout::{self, CallReport, Rollout};
 use crate::swap::Swapper;
 
@@ -37,20 +39,20 @@ const STOP_TELL_AFTER: Duration = Duration::from_secs(2);
 /// A lease this worker holds, as the worker's loop passes it around.
 pub(super) type Held = Arc<HeldLease<DynamoStore>>;
 
-/// Reads shards from Kinesis: GetRecords, or enhanced fan-out when the
-/// worker registered a stream consumer.
+/// Reads shards from Kinesis: GetRecords, or enhanced fan-out through
+/// the consumer the worker registered on each stream.
 pub(super) struct KinesisReaders {
     pub(super) kinesis: aws_sdk_kinesis::Client,
-    pub(super) stream: String,
     pub(super) fetch: FetchSettings,
-    pub(super) fan_out: Option<KinesisSubscriptions>,
+    /// Each stream's consumer, by stream name; empty when polling.
+    pub(super) fan_out: BTreeMap<String, KinesisSubscriptions>,
 }
 
 impl OpenReader for KinesisReaders {
-    fn open(&self, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Prefetch {
-        match &self.fan_out {
+    fn open(&self, stream: &str, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Prefetch {
+        match self.fan_out.get(stream) {
             Some(subscriptions) => fetch::prefetch(Subscriber::new(subscriptions.clone(), shard, start, range)),
-            None => fetch::prefetch(Fetcher::new(self.kinesis.clone(), &self.stream, shard, start, range, self.fetch.clone())),
+            None => fetch::prefetch(Fetcher::new(self.kinesis.clone(), stream, shard, start, range, self.fetch.clone())),
         }
     }
 }
@@ -68,9 +70,8 @@ struct Running {
 /// What every shard loop is made from.
 pub(super) struct Template {
     pub(super) reader: Arc<dyn OpenReader>,
-    pub(super) stream: String,
-    /// `--initial-timestamp`, for leases that start AT_TIMESTAMP.
-    pub(super) initial_timestamp_ms: Option<i64>,
+    /// The streams, to tell which one a lease's shard is of.
+    pub(super) streams: Arc<Streams>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) redelivery: Arc<Budget>,
     /// The declared output targets.
@@ -144,14 +145,18 @@ impl ShardLoops {
 
     fn spawn(&mut self, held: Held) {
         let (stop, stop_rx) = watch::channel(false);
-        let metrics = self.template.metrics.shard(held.key());
+        let stream = self.template.streams.of(held.key()).expect("the coordinator takes only leases of this worker's streams");
+        let metrics = self.template.metrics.shard(&stream.name, held.key().shard_id());
         let (processor, processor_rx) = watch::channel(self.rollout.current().clone());
         let delivered = Arc::new(AtomicU64::new(0));
         let shard_loop = ShardLoop {
             processor: processor_rx,
             reader: self.template.reader.clone(),
-            stream: self.template.stream.clone(),
-            initial_timestamp_ms: self.template.initial_timestamp_ms,
+            stream: stream.name.clone(),
+            initial_timestamp_ms: match stream.initial_position {
+                InitialPosition::AtTimestamp(ms) => Some(ms),
+                _ => None,
+            },
             held: held.clone(),
             stop: stop_rx,
             delivered: delivered.clone(),

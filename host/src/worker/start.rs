@@ -2,6 +2,7 @@
 //! heartbeat, its shard loops' template, its upkeep tasks and its first
 //! lease pass.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -27,7 +28,7 @@ use crate::lease::watch::{self, FleetWatch};
 use crate::lease::LeaseStore;
 use crate::metrics::Metrics;
 use crate::output::Outputs;
-use crate::shard::{self, InitialPosition};
+use crate::stream::Streams;
 use crate::swap::deploy::Deployed;
 use crate::swap::fleet::Follower;
 use crate::swap::rollout::Rollout;
@@ -40,14 +41,17 @@ impl Worker {
     /// syncs shards to leases and takes every lease it should at once.
     pub(super) async fn start(config: WorkerConfig, clients: AwsClients, swapper: Arc<Swapper>) -> Result<Self, WorkerError> {
         let started = Instant::now();
-        // Check the stream before touching DynamoDB: a typo in --stream must not create a table.
-        shard::list_shards(&clients.kinesis, &config.stream).await?;
+        // Check the streams before touching DynamoDB: a typo in --stream must not create a table.
+        let streams = Streams::describe(&clients.kinesis, &config.streams, config.streams_listed).await?;
         let failover = config.take.failover_time;
         let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application).with_renewal_timeout(failover));
         let control = HeartbeatTable::new(clients.dynamodb.clone(), &config.application);
         tokio::try_join!(store.ensure_table(), control.ensure())?;
+        // The table says how its keys name shards (and whether it can hold these streams).
+        let leases = store.list().await?;
+        let streams = Arc::new(streams.fit_table(&config.application, &leases).map_err(WorkerError::Refused)?);
         let me = config.worker_id.clone();
-        let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone());
+        let mut coordinator = Coordinator::new(store.clone(), &me, config.take.clone()).with_scope(streams.scope());
         let read_sent = Instant::now();
         let read = control.read().await?;
         // Before any shard starts: a restarted or new worker runs what the fleet was told to.
@@ -73,11 +77,16 @@ impl Worker {
         let mut fleet = FleetWatch::new(&me, failover).with_fleet_reads(config.fleet_heartbeat_reads);
         coordinator.follow_fleet(&mut fleet, &read.heartbeats, read_sent, Instant::now());
 
-        let fan_out = fanout::subscriptions(config.retrieval, &clients.kinesis, &config.stream, &config.application).await?;
-        let metrics = Arc::new(Metrics::new(&config.stream, &me));
+        let mut fan_out = BTreeMap::new();
+        for stream in streams.iter() {
+            if let Some(subscriptions) = fanout::subscriptions(config.retrieval, &clients.kinesis, &stream.name, &config.application).await? {
+                fan_out.insert(stream.name.clone(), subscriptions);
+            }
+        }
+        let metrics = Arc::new(Metrics::new(&config.application, &me));
         let health = Arc::new(Health::new(coordinator.liveness(), failover));
         let outputs = Outputs::connect(&config.outputs, &clients, config.output_buffer_bytes, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
-        let dead_letters = DeadLetters::connect(&config.failure, &clients, &config.stream, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
+        let dead_letters = DeadLetters::connect(&config.failure, &clients, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
         if let Some(warning) = config.failure.drop_warning() {
             tracing::warn!("{warning}");
         }
@@ -89,15 +98,10 @@ impl Worker {
         let template = Template {
             reader: Arc::new(KinesisReaders {
                 kinesis: clients.kinesis.clone(),
-                stream: config.stream.clone(),
                 fetch: FetchSettings { max_records: config.fetch_limit(), ..config.fetch.clone() },
                 fan_out,
             }),
-            stream: config.stream.clone(),
-            initial_timestamp_ms: match config.initial_position {
-                InitialPosition::AtTimestamp(ms) => Some(ms),
-                _ => None,
-            },
+            streams: streams.clone(),
             redelivery: Budget::new(config.swap.buffer_bytes),
             metrics: metrics.clone(),
             outputs,
@@ -125,6 +129,7 @@ impl Worker {
         let mut worker = Worker {
             config,
             clients,
+            streams,
             started,
             me,
             process,
@@ -147,8 +152,7 @@ impl Worker {
             admin,
             taken_over,
         };
-        let leases = worker.store.list().await?;
-        if sync_shards(&worker.config, &worker.clients, &worker.store, &leases).await? {
+        if sync_shards(&worker.streams, &worker.clients, &worker.store, &leases).await? {
             worker.news.freed();
         }
         worker.balance = worker.shards.apply(worker.coordinator.take_pass().await?);

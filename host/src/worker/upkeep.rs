@@ -11,7 +11,6 @@ use tokio::time::Instant;
 use super::in_flight::InFlightBoard;
 use super::WorkerError;
 use crate::aws::{AwsClients, AwsError, Service};
-use crate::config::WorkerConfig;
 use crate::lease::heartbeat::{ControlRead, HeartbeatTable, LeaseNews};
 use crate::lease::watch;
 use crate::failure::retrying::RetryBoard;
@@ -20,6 +19,7 @@ use crate::lease::dynamo::DynamoStore;
 use crate::lease::{Lease, LeaseError, LeaseKey, LeaseStore};
 use crate::metrics::Metrics;
 use crate::shard;
+use crate::stream::Streams;
 use crate::swap::Swapper;
 
 /// What this worker's heartbeat row says, and who writes it.
@@ -135,19 +135,23 @@ pub(super) async fn renew_every<S: LeaseStore>(renewer: Renewer<S>, metrics: Arc
     renewer.run(|| metrics.renewal_failed(), on_lost).await;
 }
 
-/// Lists the stream's shards, creates the leases that are missing, and
+/// Lists each stream's shards, creates the leases that are missing, and
 /// deletes finished leases whose children have all started. `true` when it
 /// created a lease.
 pub(super) async fn sync_shards<S: LeaseStore>(
-    config: &WorkerConfig,
+    streams: &Streams,
     clients: &AwsClients,
     store: &Arc<S>,
     leases: &[Lease],
 ) -> Result<bool, WorkerError> {
-    let shards = shard::list_shards(&clients.kinesis, &config.stream).await?;
+    let mut planned = Vec::new();
+    for stream in streams.iter() {
+        let shards = shard::list_shards(&clients.kinesis, &stream.name).await?;
+        let of_stream: Vec<&Lease> = leases.iter().filter(|lease| streams.of(&lease.key) == Some(stream)).collect();
+        planned.extend(shard::plan_new_leases(&shards, &of_stream, &stream.initial_position, |id| streams.key(stream, id)));
+    }
     // Leases whose parents are not new are written all at once; a new
     // child only after its new parents, so no child is ever without them.
-    let planned = shard::plan_new_leases(&shards, leases, &config.initial_position);
     let new_keys: HashSet<LeaseKey> = planned.iter().map(|l| l.key.clone()).collect();
     let (independent, dependent): (Vec<_>, Vec<_>) = planned.into_iter().partition(|l| l.parents.iter().all(|p| !new_keys.contains(p.as_str())));
     let mut creates = JoinSet::new();

@@ -35,9 +35,9 @@ use crate::swap::rollout::CallReport;
 /// Opens a shard's reader for each attempt: Kinesis (GetRecords or
 /// enhanced fan-out) in a worker, a script in the unit tests.
 pub trait OpenReader: Send + Sync {
-    /// A reader of `shard` from `start`; `range` is the lease's hash key
-    /// range, for a KPL aggregate that spans a reshard.
-    fn open(&self, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Prefetch;
+    /// A reader of `shard` of `stream` from `start`; `range` is the lease's
+    /// hash key range, for a KPL aggregate that spans a reshard.
+    fn open(&self, stream: &str, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Prefetch;
 }
 
 /// How a shard's loop ended.
@@ -62,7 +62,7 @@ pub struct ShardLoop<S> {
     pub reader: Arc<dyn OpenReader>,
     /// The stream's name, for the processor's `shard-info`.
     pub stream: String,
-    /// `--initial-timestamp`, for a lease that starts AT_TIMESTAMP.
+    /// The stream's initial timestamp, for a lease that starts AT_TIMESTAMP.
     pub initial_timestamp_ms: Option<i64>,
     /// The lease this loop runs under.
     pub held: Arc<HeldLease<S>>,
@@ -184,7 +184,7 @@ impl<S: LeaseStore> ShardLoop<S> {
         processor_rx.mark_unchanged();
         let mut unacknowledged = Unacknowledged::new(self.redelivery.clone());
         let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
-        let mut fetcher = self.reader.open(&shard_id, start, range);
+        let mut fetcher = self.reader.open(&self.stream, &shard_id, start, range);
         loop {
             // Between two batches: the next one, a stop, or a swap.
             let fetched = tokio::select! {
@@ -254,7 +254,8 @@ impl<S: LeaseStore> ShardLoop<S> {
     ) -> Result<ShardInstance, Interrupt> {
         let shard_id = self.held.key().shard_id().to_owned();
         let outputs = Box::new(self.outputs.shard());
-        let mut instance = match processor.instantiate_with_outputs(&shard_id, sink, outputs, last_checkpoint.clone()).await {
+        // Its log lines name the lease key: with several streams, that names the stream too.
+        let mut instance = match processor.instantiate_with_outputs(self.held.key(), sink, outputs, last_checkpoint.clone()).await {
             Ok(instance) => instance,
             Err(e) => return Err(Interrupt::Failed(format!("instantiating the processor failed: {e}"))),
         };
@@ -364,7 +365,7 @@ impl<S: LeaseStore> ShardLoop<S> {
     /// Delivers one batch under the failure policy (see [`crate::failure`]).
     async fn deliver(&self, instance: &mut ShardInstance, processor: &Processor, policy: &mut FailurePolicy, batch: &mut Batch) -> Option<Interrupt> {
         let described = processor.describe();
-        let delivery = Delivery { policy, dead_letters: &self.dead_letters, shard: self.held.key(), version: processor.hash(), processor: described };
+        let delivery = Delivery { policy, dead_letters: &self.dead_letters, stream: &self.stream, shard: self.held.key().shard_id(), version: processor.hash(), processor: described };
         match failure::deliver(instance, batch, delivery, &ShardHooks { shard_loop: self, processor }).await {
             Delivered::Done => None,
             Delivered::Restart(why) => Some(Interrupt::Failed(why)),

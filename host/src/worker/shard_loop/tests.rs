@@ -41,7 +41,7 @@ impl ShardReader for Script {
 }
 
 impl OpenReader for ScriptedShard {
-    fn open(&self, _: &str, start: StartingPosition, _: Option<HashRange>) -> Prefetch {
+    fn open(&self, _: &str, _: &str, start: StartingPosition, _: Option<HashRange>) -> Prefetch {
         let after = match &start {
             StartingPosition::Checkpoint(position) => position.sequence_number().parse().unwrap(),
             _ => 0,
@@ -84,7 +84,7 @@ async fn load(guest: &str) -> Processor {
 
 async fn fixture(records: Vec<(u64, &'static str)>, closed: bool) -> Fixture {
     let no_policy = FailureSettings::default();
-    let dead_letters = DeadLetters::printed(&no_policy, "stream");
+    let dead_letters = DeadLetters::printed(&no_policy);
     fixture_with(records, closed, Policy { guest: "faulty", outputs: Outputs::printed(&[], 1 << 20), failure: no_policy, dead_letters }).await
 }
 
@@ -115,7 +115,7 @@ async fn fixture_with(records: Vec<(u64, &'static str)>, closed: bool, policy: P
         held,
         stop: stop_rx,
         delivered: delivered.clone(),
-        metrics: Arc::new(Metrics::new("stream", "worker")).shard("shard-0"),
+        metrics: Arc::new(Metrics::new("app", "worker")).shard("stream", "shard-0"),
         reports: reports_tx,
         redelivery: Budget::new(1 << 20),
         outputs,
@@ -216,7 +216,7 @@ async fn bisect_finds_a_trapping_record_and_the_shard_moves_past_it_after_its_de
         retry_backoff: std::time::Duration::from_millis(10),
         ..FailureSettings::default()
     };
-    let dead_letters = DeadLetters::printed(&failure, "stream");
+    let dead_letters = DeadLetters::printed(&failure);
     let outputs = Outputs::printed(&[OutputSpec { name: "out".into(), target: TargetSpec::File(out.clone()) }], 1 << 20);
     let records = vec![(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "trap"), (6, "f"), (7, "g"), (8, "h")];
     let f = fixture_with(records, true, Policy { guest: "forward", outputs, failure, dead_letters: dead_letters.clone() }).await;

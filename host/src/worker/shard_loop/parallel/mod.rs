@@ -76,7 +76,7 @@ impl<S: LeaseStore> ShardLoop<S> {
             }
         }
         let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
-        let mut fetcher = self.reader.open(lease.key.shard_id(), start, range);
+        let mut fetcher = self.reader.open(&self.stream, lease.key.shard_id(), start, range);
         let (mut lanes, mut progress) = (Lanes::new(n, self.call_records), Progress::default());
         let mut written = Written { position: lease.checkpoint.position().cloned(), at: Instant::now() };
         let mut calls = FuturesUnordered::new();

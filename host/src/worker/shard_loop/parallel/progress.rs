@@ -47,10 +47,10 @@ impl Progress {
         for &ordinal in ordinals {
             // Batches are in ordinal order: the last one starting at or before it holds it.
             let at = self.pending.partition_point(|read| read.first <= ordinal);
-            if let Some(read) = at.checked_sub(1).and_then(|i| self.pending.get_mut(i)) {
-                if let Some(done) = read.done.get_mut((ordinal - read.first) as usize) {
-                    *done = true;
-                }
+            if let Some(read) = at.checked_sub(1).and_then(|i| self.pending.get_mut(i))
+                && let Some(done) = read.done.get_mut((ordinal - read.first) as usize)
+            {
+                *done = true;
             }
         }
         while let Some(front) = self.pending.front_mut() {

@@ -5,6 +5,8 @@ import java.io.FileOutputStream;
 import java.io.PrintStream;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 import software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider;
@@ -17,6 +19,8 @@ import software.amazon.awssdk.services.kinesis.KinesisAsyncClient;
 import software.amazon.kinesis.common.ConfigsBuilder;
 import software.amazon.kinesis.common.InitialPositionInStream;
 import software.amazon.kinesis.common.InitialPositionInStreamExtended;
+import software.amazon.kinesis.common.StreamConfig;
+import software.amazon.kinesis.common.StreamIdentifier;
 import software.amazon.kinesis.coordinator.Scheduler;
 import software.amazon.kinesis.lifecycle.events.InitializationInput;
 import software.amazon.kinesis.lifecycle.events.LeaseLostInput;
@@ -24,8 +28,11 @@ import software.amazon.kinesis.lifecycle.events.ProcessRecordsInput;
 import software.amazon.kinesis.lifecycle.events.ShardEndedInput;
 import software.amazon.kinesis.lifecycle.events.ShutdownRequestedInput;
 import software.amazon.kinesis.metrics.MetricsLevel;
+import software.amazon.kinesis.processor.FormerStreamsLeasesDeletionStrategy;
+import software.amazon.kinesis.processor.MultiStreamTracker;
 import software.amazon.kinesis.processor.RecordProcessorCheckpointer;
 import software.amazon.kinesis.processor.ShardRecordProcessor;
+import software.amazon.kinesis.processor.ShardRecordProcessorFactory;
 import software.amazon.kinesis.retrieval.KinesisClientRecord;
 import software.amazon.kinesis.retrieval.polling.PollingConfig;
 
@@ -37,6 +44,10 @@ import software.amazon.kinesis.retrieval.polling.PollingConfig;
  *
  * <p>Arguments: stream, application, worker id, failover time in ms (as
  * kcl-host's {@code --failover-time}: the two must judge leases alike).
+ * Streams separated by commas make it a multi-stream application (a
+ * {@code MultiStreamTracker}; lease keys {@code account:stream:creationEpoch:shardId},
+ * each stream identified from DescribeStreamSummary as kcl-host does), and
+ * its lines then name the shard by that key, as kcl-host's do.
  * Endpoints and credentials come from AWS_ENDPOINT_URL_KINESIS / _DYNAMODB
  * and the default chain.
  */
@@ -58,7 +69,15 @@ public final class Worker {
                 .region(region).credentialsProvider(DefaultCredentialsProvider.create())
                 .endpointOverride(URI.create(System.getenv("AWS_ENDPOINT_URL_DYNAMODB"))).build();
         CloudWatchAsyncClient cloudWatch = CloudWatchAsyncClient.builder().region(region).build();
-        ConfigsBuilder configs = new ConfigsBuilder(stream, application, kinesis, dynamo, cloudWatch, workerId, Processor::new);
+        InitialPositionInStreamExtended trimHorizon = InitialPositionInStreamExtended.newInitialPosition(InitialPositionInStream.TRIM_HORIZON);
+        boolean multi = stream.contains(",");
+        ConfigsBuilder configs = multi
+                ? new ConfigsBuilder(tracker(kinesis, stream.split(","), trimHorizon), application, kinesis, dynamo, cloudWatch, workerId, new Factory())
+                : new ConfigsBuilder(stream, application, kinesis, dynamo, cloudWatch, workerId, new Factory());
+        var retrieval = configs.retrievalConfig();
+        if (!multi) {
+            retrieval.initialPositionInStreamExtended(trimHorizon);
+        }
         Scheduler scheduler = new Scheduler(
                 configs.checkpointConfig(),
                 configs.coordinatorConfig(),
@@ -66,9 +85,7 @@ public final class Worker {
                 configs.lifecycleConfig(),
                 configs.metricsConfig().metricsLevel(MetricsLevel.NONE),
                 configs.processorConfig(),
-                configs.retrievalConfig()
-                        .initialPositionInStreamExtended(InitialPositionInStreamExtended.newInitialPosition(InitialPositionInStream.TRIM_HORIZON))
-                        .retrievalSpecificConfig(new PollingConfig(stream, kinesis)));
+                retrieval.retrievalSpecificConfig(multi ? new PollingConfig(kinesis) : new PollingConfig(stream, kinesis)));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             try {
                 scheduler.startGracefulShutdown().get(20, TimeUnit.SECONDS);
@@ -81,13 +98,54 @@ public final class Worker {
         scheduler.run();
     }
 
+    /** The streams, each identified as {@code account:name:creationEpoch} from its summary. */
+    private static MultiStreamTracker tracker(KinesisAsyncClient kinesis, String[] names, InitialPositionInStreamExtended position) throws Exception {
+        List<StreamConfig> streams = new ArrayList<>();
+        for (String name : names) {
+            var summary = kinesis.describeStreamSummary(r -> r.streamName(name)).get().streamDescriptionSummary();
+            String account = summary.streamARN().split(":")[4];
+            long created = summary.streamCreationTimestamp().getEpochSecond();
+            streams.add(new StreamConfig(StreamIdentifier.multiStreamInstance(account + ":" + name + ":" + created), position));
+        }
+        return new MultiStreamTracker() {
+            @Override
+            public List<StreamConfig> streamConfigList() {
+                return streams;
+            }
+
+            @Override
+            public FormerStreamsLeasesDeletionStrategy formerStreamsLeasesDeletionStrategy() {
+                return new FormerStreamsLeasesDeletionStrategy.NoLeaseDeletionStrategy();
+            }
+        };
+    }
+
+    /** A processor per shard; in a multi-stream application it knows its stream. */
+    static final class Factory implements ShardRecordProcessorFactory {
+        @Override
+        public ShardRecordProcessor shardRecordProcessor() {
+            return new Processor(null);
+        }
+
+        @Override
+        public ShardRecordProcessor shardRecordProcessor(StreamIdentifier stream) {
+            return new Processor(stream);
+        }
+    }
+
     /** Logs each record and checkpoints after every batch. */
     static final class Processor implements ShardRecordProcessor {
+        private final StreamIdentifier stream;
         private String shard;
+
+        Processor(StreamIdentifier stream) {
+            this.stream = stream;
+        }
 
         @Override
         public void initialize(InitializationInput input) {
-            shard = input.shardId();
+            // kcl-host names a shard by its lease key: with the stream in a multi-stream application.
+            shard = stream == null || stream.accountIdOptional().isEmpty() ? input.shardId() : stream.serialize() + ":" + input.shardId();
             OUT.println("java-kcl: initialize shard=\"" + shard + "\" checkpoint=\"" + input.extendedSequenceNumber() + "\"");
         }
 

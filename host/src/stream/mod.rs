@@ -1,12 +1,15 @@
 //! A stream's shards as Kinesis lists them: what the shard graph, the
 //! reader (a shard past retention) and the worker's start (the stream
-//! exists) all ask.
+//! exists) all ask; and the streams an application reads ([`streams`]).
+
+pub mod streams;
 
 use std::collections::BTreeSet;
 
 use aws_sdk_kinesis::types::ShardFilter;
 
 use crate::aws::{AwsError, Service};
+pub use streams::{AppStream, StreamSpec, Streams};
 
 /// One shard as ListShards describes it.
 #[derive(Clone, Debug, PartialEq)]
