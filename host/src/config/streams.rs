@@ -52,13 +52,10 @@ pub(super) fn resolve(layer: &Layer, default: &InitialPosition) -> Result<(Vec<S
     let mut specs: Vec<StreamSpec> = Vec::with_capacity(entries.len());
     for entry in entries {
         let spec = match entry {
-            StreamEntry::Name(name) => StreamSpec { name: stream_name(name)?, initial_position: default.clone() },
-            StreamEntry::Table { name, initial_position: None, initial_timestamp: None } => {
-                StreamSpec { name: stream_name(name)?, initial_position: default.clone() }
-            }
-            StreamEntry::Table { name, initial_position: position, initial_timestamp } => {
+            StreamEntry::Table { name, initial_position: position, initial_timestamp } if position.is_some() || initial_timestamp.is_some() => {
                 StreamSpec { name: stream_name(name)?, initial_position: initial_position(position.as_deref(), initial_timestamp.as_deref())? }
             }
+            StreamEntry::Name(name) | StreamEntry::Table { name, .. } => StreamSpec { name: stream_name(name)?, initial_position: default.clone() },
         };
         if specs.iter().any(|s| s.name == spec.name) {
             return Err(ConfigError::Invalid { setting: "streams", value: spec.name, reason: "is listed twice; list each stream once".into() });

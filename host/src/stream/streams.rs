@@ -11,8 +11,6 @@
 
 use std::sync::Arc;
 
-use aws_smithy_types::date_time::Format;
-
 use crate::aws::{AwsError, Service};
 use crate::lease::coordinator::Scope;
 use crate::lease::{Lease, LeaseKey, StreamIdentifier};
@@ -73,7 +71,6 @@ impl Streams {
             // arn:<partition>:kinesis:<region>:<account>:stream/<name>
             let account = summary.stream_arn.split(':').nth(4).unwrap_or_default().to_owned();
             let created = summary.stream_creation_timestamp.secs().max(0) as u64;
-            tracing::debug!(stream = spec.name, created = %summary.stream_creation_timestamp.fmt(Format::DateTime).unwrap_or_default(), "described");
             streams.push(AppStream {
                 name: spec.name.clone(),
                 initial_position: spec.initial_position.clone(),
