@@ -24,7 +24,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use kcl_host::output::{OutputSpec, Outputs, TargetSpec};
 use kcl_host::records::{Batch, Position, Record};
-use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInfo, ShardInstance};
+use kcl_host::runtime::{CheckpointFuture, CheckpointSink, KeyedState, Processor, Runtime, RuntimeConfig, ShardInfo, ShardInstance, StateChanges};
 use kcl_testkit::{guest, unique, TestStream};
 
 const RECORD_BYTES: usize = 100;
@@ -33,7 +33,7 @@ const BATCH: usize = 500;
 struct Discard;
 
 impl CheckpointSink for Discard {
-    fn checkpoint(&mut self, _: Position) -> CheckpointFuture<'_> {
+    fn checkpoint<'a>(&'a mut self, _: Position, _: &'a StateChanges) -> CheckpointFuture<'a> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -61,7 +61,7 @@ fn runtime(vars: &[(&str, &str)]) -> Runtime {
 
 async fn instance(name: &str, vars: &[(&str, &str)], outputs: &std::sync::Arc<Outputs>) -> ShardInstance {
     let processor = Processor::load(&runtime(vars), &guest(name)).await.unwrap();
-    let mut instance = processor.instantiate_with_outputs("shard", Box::new(Discard), Box::new(outputs.shard()), None).await.unwrap();
+    let mut instance = processor.instantiate_with_outputs("shard", Box::new(Discard), Box::new(outputs.shard()), KeyedState::unavailable("no state in this bench"), None).await.unwrap();
     instance.initialize(&ShardInfo::new("bench", "shard")).await.unwrap();
     instance
 }

@@ -10,7 +10,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use kcl_example_json_aggregate::Totals;
 use kcl_host::records::{Batch, Position, Record};
 use kcl_host::runtime::ShardInfo;
-use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInstance};
+use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInstance, StateChanges};
 use kcl_testkit::guest;
 
 const BATCH: usize = 500;
@@ -20,7 +20,7 @@ const IDLE_INSTANCES: usize = 1000;
 struct Discard;
 
 impl CheckpointSink for Discard {
-    fn checkpoint(&mut self, _: Position) -> CheckpointFuture<'_> {
+    fn checkpoint<'a>(&'a mut self, _: Position, _: &'a StateChanges) -> CheckpointFuture<'a> {
         Box::pin(async { Ok(()) })
     }
 }

@@ -19,7 +19,7 @@ if [ ! -d "$sysroot/lib/rustlib/wasm32-wasip2/lib" ]; then
   fi
 fi
 
-guests=(noop counter json-aggregate enrich)
+guests=(noop counter json-aggregate enrich user-totals)
 packages=()
 for g in "${guests[@]}"; do packages+=(-p "kcl-example-$g"); done
 packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged -p kcl-test-guest-forward)
@@ -36,9 +36,10 @@ cp "$target/wasm32-wasip2/guest/kcl_test_guest_forward.wasm" examples/build/forw
 # Apart, and after the copies: built with the others, cargo would unify
 # features and give it the JSON example's 0.2 export too; and building it
 # rebuilds that example without its export (so it is copied first).
-cargo build --quiet --target wasm32-wasip2 --profile guest -p kcl-test-guest-legacy -p kcl-test-guest-legacy-v0-2
+cargo build --quiet --target wasm32-wasip2 --profile guest -p kcl-test-guest-legacy -p kcl-test-guest-legacy-v0-2 -p kcl-test-guest-legacy-v0-3
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy.wasm" examples/build/legacy-v0.1.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_2.wasm" examples/build/legacy-v0.2.wasm
+cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_3.wasm" examples/build/legacy-v0.3.wasm
 for g in counter json-aggregate totals; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done

@@ -28,9 +28,9 @@
 // the shard. A method may be `async` (to `await fetch(...)`, say): the host's
 // call returns when its promise settles.
 
-import * as checkpointer from "kcl:processor/checkpointer@0.3.0";
-import { log as hostLog } from "kcl:processor/log@0.3.0";
-import { send as hostSend } from "kcl:processor/output@0.3.0";
+import * as checkpointer from "kcl:processor/checkpointer@0.4.0";
+import { log as hostLog } from "kcl:processor/log@0.4.0";
+import { send as hostSend } from "kcl:processor/output@0.4.0";
 import { get as configGet } from "wasi:config/store@0.2.0-rc.1";
 
 const AGGREGATED = 1;

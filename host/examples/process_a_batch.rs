@@ -9,13 +9,13 @@
 use std::path::PathBuf;
 
 use kcl_host::records::{Batch, Position, Record};
-use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInfo, ShutdownReason};
+use kcl_host::runtime::{CheckpointFuture, CheckpointSink, Processor, Runtime, RuntimeConfig, ShardInfo, ShutdownReason, StateChanges};
 
 /// Prints each checkpoint instead of writing a lease table.
 struct PrintCheckpoints;
 
 impl CheckpointSink for PrintCheckpoints {
-    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+    fn checkpoint<'a>(&'a mut self, position: Position, _: &'a StateChanges) -> CheckpointFuture<'a> {
         println!("checkpoint at {position}");
         Box::pin(async { Ok(()) })
     }

@@ -64,7 +64,7 @@ const JS: [(&str, &str); 2] = [
 
 /// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 42] = [
+const BUNDLE: [(&str, &str); 46] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -73,6 +73,7 @@ const BUNDLE: [(&str, &str); 42] = [
     ("guest-sdk/rust/src/types.rs", include_str!("../../guest-sdk/rust/src/types.rs")),
     ("guest-sdk/rust/src/output.rs", include_str!("../../guest-sdk/rust/src/output.rs")),
     ("guest-sdk/rust/src/config.rs", include_str!("../../guest-sdk/rust/src/config.rs")),
+    ("guest-sdk/rust/src/state.rs", include_str!("../../guest-sdk/rust/src/state.rs")),
     ("wit/deps/config/store.wit", include_str!("../../wit/deps/config/store.wit")),
     ("wit/deps/config/world.wit", include_str!("../../wit/deps/config/world.wit")),
     ("guest-sdk/go/go.mod", include_str!("../../guest-sdk/go/go.mod")),
@@ -80,6 +81,9 @@ const BUNDLE: [(&str, &str); 42] = [
     ("guest-sdk/go/kcl.go", include_str!("../../guest-sdk/go/kcl.go")),
     ("guest-sdk/go/output.go", include_str!("../../guest-sdk/go/output.go")),
     ("guest-sdk/go/config.go", include_str!("../../guest-sdk/go/config.go")),
+    ("guest-sdk/go/state.go", include_str!("../../guest-sdk/go/state.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_state/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_state/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_state/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_state/empty.s")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_output/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_output/wit_bindings.go")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_output/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_output/empty.s")),
     ("guest-sdk/go/internal/wit/imports/wasi_config_store/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_config_store/wit_bindings.go")),

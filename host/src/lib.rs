@@ -26,6 +26,7 @@ pub mod records;
 pub mod replay;
 pub mod runtime;
 pub mod shard;
+pub mod state;
 pub mod status;
 pub mod stream;
 pub mod swap;

@@ -52,6 +52,37 @@ fn a_component_built_for_wit_0_2_still_replays() {
 }
 
 #[test]
+fn a_component_built_for_wit_0_3_still_replays_and_sends_outputs() {
+    let (code, stdout, stderr) = replay("legacy-v0.3", &["--batch-size", "2", "--output", "out=stdout"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("replayed 5 records in 3 batches") && stdout.contains("; 3 checkpoints"), "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("out {\"partition_key\":")).count(), 5, "{stdout}");
+    assert_eq!(stderr.matches("kcl_host::guest: sent ").count(), 3, "{stderr}");
+}
+
+/// State in a replay: committed with each checkpoint, saved to the file,
+/// and read back by the next replay (so the totals double, exactly).
+#[test]
+fn replay_keeps_state_in_a_file_that_the_next_replay_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("purchases.jsonl");
+    let lines = [("ana", 1250), ("ben", 300), ("ana", 5), ("cy", 1)];
+    let text: Vec<String> = lines.iter().map(|(user, cents)| serde_json::json!({ "data": format!("{{\"cents\": {cents}}}"), "partition_key": user }).to_string()).collect();
+    std::fs::write(&input, text.join("\n") + "\n{\"data\": \"not a purchase\", \"partition_key\": \"ana\"}\n").unwrap();
+    let state = dir.path().join("state.json");
+    let args = ["--batch-size", "2", "--state", state.to_str().unwrap()];
+    for round in 1..=2 {
+        let (code, stdout, stderr) = replay_file("user-totals", input.to_str().unwrap(), &args);
+        assert_eq!(code, 0, "{stdout}\n{stderr}");
+        assert!(stdout.contains("checkpoint ") && stdout.contains("(state: 2 keys changed)"), "{stdout}");
+        assert!(stdout.contains("state: 3 keys saved to"), "{stdout}");
+        let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+        let expected = serde_json::json!({ "ana": (1255 * round).to_string(), "ben": (300 * round).to_string(), "cy": round.to_string() });
+        assert_eq!(saved, expected, "round {round}");
+    }
+}
+
+#[test]
 fn a_kpl_aggregate_replays_as_its_user_records() {
     use base64::Engine as _;
     let users = ["one", "two", "three"];

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use kcl_host::runtime::ShutdownReason;
 use kcl_host::records::Position;
-use kcl_host::runtime::{CallError, CheckpointFuture, CheckpointSink, LoadError, Processor, RuntimeConfig};
+use kcl_host::runtime::{CallError, CheckpointFuture, CheckpointSink, LoadError, Processor, RuntimeConfig, StateChanges};
 use support::{batch, guest, load, runtime, shard, Logs};
 
 #[derive(Clone, Default)]
 struct Recorded(Arc<Mutex<Vec<String>>>);
 
 impl CheckpointSink for Recorded {
-    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+    fn checkpoint<'a>(&'a mut self, position: Position, _: &'a StateChanges) -> CheckpointFuture<'a> {
         self.0.lock().unwrap().push(position.to_string());
         Box::pin(async { Ok(()) })
     }

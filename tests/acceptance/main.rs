@@ -23,6 +23,7 @@ mod outputs;
 mod parallel;
 mod records;
 mod rollout;
+mod state;
 mod streams;
 mod swap;
 

@@ -54,6 +54,7 @@ mod checkpointer;
 pub mod config;
 pub mod log;
 pub mod output;
+pub mod state;
 mod types;
 
 pub use checkpointer::{CheckpointError, Checkpointer};

@@ -54,7 +54,7 @@ pub enum Command {
         printf '{\"data\":\"hi\"}\\n' | kcl-host replay counter.wasm --input -\n\n\
         Input: one JSON object per line with `data` (UTF-8 text) or `data_base64`, and optionally\n\
         `partition_key`, `sequence_number` (increasing) and `arrival` (RFC 3339).")]
-    Replay(ReplayArgs),
+    Replay(Box<ReplayArgs>),
     /// Show an application's shards and workers, from its lease table (Java
     /// KCL's too) and the kcl-host control table.
     #[command(after_help = "Examples:\n  \
@@ -302,6 +302,11 @@ pub struct ReplayArgs {
     /// Shard id the processor is told.
     #[arg(long, default_value = "shardId-000000000000")]
     pub shard_id: String,
+    /// A JSON file (key → value) the processor's state is loaded from
+    /// first and saved to at the end, as the checkpoints committed it;
+    /// created when missing. Without it, state starts empty.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
     /// The sandbox's limits and the compile cache.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -319,6 +324,7 @@ impl ReplayArgs {
             processor: self.processor,
             input: self.input,
             batch_size: self.batch_size as usize,
+            state_file: self.state,
         })
     }
 }

@@ -9,13 +9,15 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 
 use super::row::{self, kcl3_worker, number, parse, to_item};
 use super::table::KeyedTable;
 use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 use crate::aws::AwsError;
+use super::state_commit::StateCommit;
 
 /// A lease table in DynamoDB.
 #[derive(Clone, Debug)]
@@ -58,25 +60,14 @@ impl DynamoStore {
     /// An `UpdateItem` on `lease`'s row that bumps the counter, conditional on
     /// the counter as read (and the owner, when `owner_must_match`).
     fn conditional_update(&self, lease: &Lease, owner_must_match: bool) -> UpdateItemFluentBuilder {
-        let mut condition = "leaseCounter = :counter".to_owned();
-        let mut update = self
+        let (condition, values) = fence(lease, owner_must_match);
+        let update = self
             .client
             .update_item()
             .table_name(&self.table.name)
             .key("leaseKey", AttributeValue::S(lease.key.to_string()))
-            .expression_attribute_values(":counter", number(lease.counter))
-            .expression_attribute_values(":next", number(lease.counter + 1))
             .return_values(ReturnValue::AllNew);
-        if owner_must_match {
-            match &lease.owner {
-                Some(owner) => {
-                    condition.push_str(" AND leaseOwner = :owner");
-                    update = update.expression_attribute_values(":owner", AttributeValue::S(owner.clone()));
-                }
-                None => condition.push_str(" AND attribute_not_exists(leaseOwner)"),
-            }
-        }
-        update.condition_expression(condition)
+        values.into_iter().fold(update, |update, (name, value)| update.expression_attribute_values(name, value)).condition_expression(condition)
     }
 
     /// Sends a conditional update: the new lease, or `None` if the condition
@@ -143,6 +134,42 @@ impl DynamoStore {
             .map_err(|e| self.error("GetItem", e))?;
         Ok(output.item.as_ref().and_then(|item| parse(item).ok()))
     }
+}
+
+/// The condition that fences a write on `lease`'s row — the counter as
+/// read, and the owner when `owner_must_match` — with its values, and
+/// `:next` for the bumped counter.
+fn fence(lease: &Lease, owner_must_match: bool) -> (String, Vec<(&'static str, AttributeValue)>) {
+    let mut condition = "leaseCounter = :counter".to_owned();
+    let mut values = vec![(":counter", number(lease.counter)), (":next", number(lease.counter + 1))];
+    if owner_must_match {
+        match &lease.owner {
+            Some(owner) => {
+                condition.push_str(" AND leaseOwner = :owner");
+                values.push((":owner", AttributeValue::S(owner.clone())));
+            }
+            None => condition.push_str(" AND attribute_not_exists(leaseOwner)"),
+        }
+    }
+    (condition, values)
+}
+
+/// A checkpoint's `SET` clause (bumping the counter to `:next`) and its
+/// values; with `children`, the shard's children too.
+fn checkpoint_update(checkpoint: &Checkpoint, children: &BTreeSet<String>) -> (String, Vec<(&'static str, AttributeValue)>) {
+    let mut expression = "SET leaseCounter = :next, checkpoint = :checkpoint, \
+         checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero"
+        .to_owned();
+    let mut values = vec![
+        (":checkpoint", AttributeValue::S(checkpoint.as_column().to_owned())),
+        (":sub", number(checkpoint.sub_sequence_column())),
+        (":zero", number(0)),
+    ];
+    if !children.is_empty() {
+        expression.push_str(", childShardIds = :children");
+        values.push((":children", row::shard_ids(children)));
+    }
+    (expression, values)
 }
 
 /// `set` (a `SET` clause) and `remove` (attributes to drop), recording the
@@ -253,20 +280,48 @@ impl LeaseStore for DynamoStore {
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>) -> Result<Option<Lease>, LeaseError> {
-        let mut expression = "SET leaseCounter = :next, checkpoint = :checkpoint, \
-             checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero"
-            .to_owned();
-        let mut update = self
-            .conditional_update(lease, true)
-            .expression_attribute_values(":checkpoint", AttributeValue::S(checkpoint.as_column().to_owned()))
-            .expression_attribute_values(":sub", number(checkpoint.sub_sequence_column()))
-            .expression_attribute_values(":zero", number(0));
-        if !children.is_empty() {
-            expression.push_str(", childShardIds = :children");
-            update = update.expression_attribute_values(":children", row::shard_ids(children));
-        }
+        let (expression, values) = checkpoint_update(checkpoint, children);
+        let update = self.conditional_update(lease, true).update_expression(expression);
+        let update = values.into_iter().fold(update, |update, (name, value)| update.expression_attribute_values(name, value));
         let ours = |row: &Lease| row.owner == lease.owner && row.checkpoint == *checkpoint;
-        self.send_update("UpdateItem (checkpoint)", lease, update.update_expression(expression), ours).await
+        self.send_update("UpdateItem (checkpoint)", lease, update, ours).await
+    }
+
+    async fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
+        // The checkpoint's own update, as the transaction's first item.
+        let (expression, mut values) = checkpoint_update(checkpoint, &BTreeSet::new());
+        let (condition, fence) = fence(lease, true);
+        values.extend(fence);
+        let update = Update::builder()
+            .table_name(&self.table.name)
+            .key("leaseKey", AttributeValue::S(lease.key.to_string()))
+            .update_expression(expression)
+            .condition_expression(condition)
+            .set_expression_attribute_values(Some(values.into_iter().map(|(name, value)| (name.to_owned(), value)).collect()))
+            .build()
+            .expect("table, key and expression are set");
+        let mut items = vec![TransactWriteItem::builder().update(update).build()];
+        items.extend(state.writes(checkpoint.as_column()));
+        let token = state.token(lease.key.as_str(), lease.counter, checkpoint.as_column());
+        let sent = self.client.transact_write_items().set_transact_items(Some(items)).client_request_token(token).send().await;
+        match sent {
+            // A transaction returns no row; the row is the one it wrote.
+            Ok(_) => Ok(Some(Lease { counter: lease.counter + 1, checkpoint: checkpoint.clone(), owner_switches_since_checkpoint: 0, ..lease.clone() })),
+            Err(e) => {
+                let lease_row_failed = match e.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(canceled)) => {
+                        canceled.cancellation_reasons().first().and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+                    }
+                    _ => false,
+                };
+                if !lease_row_failed {
+                    return Err(self.error("TransactWriteItems (checkpoint with state)", e));
+                }
+                // Lost, unless a retry found our own write applied.
+                let row = self.get(&lease.key).await?;
+                Ok(row.filter(|row| row.counter == lease.counter + 1 && row.owner == lease.owner && row.checkpoint == *checkpoint))
+            }
+        }
     }
 
     async fn evict(&self, lease: &Lease) -> Result<bool, LeaseError> {

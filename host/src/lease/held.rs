@@ -12,6 +12,7 @@ use tokio::sync::{watch, Mutex};
 
 use super::rules::TakeSettings;
 use super::{Checkpoint, Lease, LeaseKey, LeaseStore};
+use super::state_commit::StateCommit;
 
 /// Why a checkpoint write did not happen.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -257,12 +258,26 @@ impl<S: LeaseStore> HeldLease<S> {
 
     /// Writes a checkpoint, fenced by owner and counter.
     pub async fn checkpoint(&self, checkpoint: Checkpoint, children: &BTreeSet<String>) -> Result<(), CheckpointFailure> {
+        self.write_checkpoint(checkpoint, children, None).await
+    }
+
+    /// Writes a checkpoint and commits `state` with it, in one write fenced
+    /// by owner and counter.
+    pub async fn commit(&self, checkpoint: Checkpoint, state: &StateCommit<'_>) -> Result<(), CheckpointFailure> {
+        self.write_checkpoint(checkpoint, &BTreeSet::new(), Some(state)).await
+    }
+
+    async fn write_checkpoint(&self, checkpoint: Checkpoint, children: &BTreeSet<String>, state: Option<&StateCommit<'_>>) -> Result<(), CheckpointFailure> {
         let mut lease = self.lease.lock().await;
         if !self.is_valid() {
             return Err(CheckpointFailure::LeaseLost);
         }
         let sent = Instant::now();
-        match self.store.checkpoint(&lease, &checkpoint, children).await {
+        let written = match state {
+            Some(state) => self.store.commit(&lease, &checkpoint, state).await,
+            None => self.store.checkpoint(&lease, &checkpoint, children).await,
+        };
+        match written {
             Ok(Some(updated)) => {
                 self.written(&mut lease, updated, sent);
                 Ok(())

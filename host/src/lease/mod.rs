@@ -24,6 +24,7 @@ pub mod rules;
 mod simulation;
 #[cfg(test)]
 mod scale;
+pub mod state_commit;
 pub mod table;
 pub mod watch;
 
@@ -34,6 +35,7 @@ use std::future::Future;
 use crate::aws::AwsError;
 pub use key::{LeaseKey, StreamIdentifier};
 use crate::records::Position;
+use state_commit::StateCommit;
 
 /// Where a shard's processing stands, as the `checkpoint` column holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,6 +203,9 @@ pub enum LeaseError {
     /// The DynamoDB call failed.
     #[error(transparent)]
     Aws(#[from] AwsError),
+    /// State was to be committed to a store without transactions.
+    #[error("this lease store cannot commit state with a checkpoint (it has no transactions): state needs the DynamoDB lease table")]
+    NoTransactions,
 }
 
 /// The lease table. Every write that depends on ownership is conditional on
@@ -239,6 +244,14 @@ pub trait LeaseStore: Send + Sync + 'static {
         checkpoint: &Checkpoint,
         children: &BTreeSet<String>,
     ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+
+    /// Records a checkpoint for a lease its owner holds and commits `state`
+    /// (the state changes it covers) in the same atomic write. Only the
+    /// DynamoDB table has transactions; other stores refuse.
+    fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send {
+        let _ = (lease, checkpoint, state);
+        async { Err(LeaseError::NoTransactions) }
+    }
 
     /// Clears the owner of a lease its owner holds, so others can take it at once.
     fn evict(&self, lease: &Lease) -> impl Future<Output = Result<bool, LeaseError>> + Send;

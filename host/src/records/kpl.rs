@@ -50,7 +50,7 @@ impl HashRange {
     }
 
     /// Whether a user record belongs here: its [`hash_key`] is in range.
-    fn contains(&self, partition_key: &str, explicit_hash_key: Option<&str>) -> bool {
+    pub fn contains(&self, partition_key: &str, explicit_hash_key: Option<&str>) -> bool {
         (self.start..=self.end).contains(&hash_key(partition_key, explicit_hash_key))
     }
 }

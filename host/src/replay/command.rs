@@ -4,8 +4,9 @@
 use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use super::{read_records, replay, ReplayPolicy, ReplayReport};
+use super::{read_records, replay, MemoryState, ReplayPolicy, ReplayReport, ReplaySinks};
 use crate::failure::{DeadLetters, FailureSettings};
 use crate::output::{OutputSpec, Outputs};
 use crate::runtime::{Processor, Runtime, RuntimeConfig, ShardInfo};
@@ -26,6 +27,9 @@ pub struct ReplayCommand {
     pub outputs: (Vec<OutputSpec>, usize),
     /// The failure policy.
     pub failure: FailureSettings,
+    /// Where state is loaded from before and saved to after (`--state`);
+    /// without it, state starts empty and is dropped.
+    pub state_file: Option<PathBuf>,
 }
 
 /// Runs `command`, printing the summary; the error says what stopped it.
@@ -45,7 +49,19 @@ pub async fn run(command: ReplayCommand) -> Result<(), String> {
     let runtime = Runtime::new(config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &command.processor).await.map_err(|e| e.to_string())?;
     let policy = ReplayPolicy { settings: &settings, dead_letters: &dead_letters };
-    match replay(&processor, command.shard, records, command.batch_size, true, &outputs, Some(policy)).await {
+    let state = Arc::new(match &command.state_file {
+        Some(path) => MemoryState::load(path)?,
+        None => MemoryState::default(),
+    });
+    let sinks = ReplaySinks { print_checkpoints: true, outputs: &outputs, state: &state };
+    let replayed = replay(&processor, command.shard, records, command.batch_size, sinks, Some(policy)).await;
+    // What the checkpoints committed, also after a failure: the state a
+    // worker would have found.
+    if let Some(path) = &command.state_file {
+        state.save(path)?;
+        println!("state: {} keys saved to {}", state.len(), path.display());
+    }
+    match replayed {
         Ok(report) => {
             print_summary(&report);
             Ok(())

@@ -2,6 +2,9 @@
 //! with no Kinesis, DynamoDB or network — the processor author's test loop.
 
 pub mod command;
+mod state;
+
+pub use state::MemoryState;
 
 use std::io::BufRead;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,7 +22,7 @@ use crate::failure::retrying::Retrying;
 use crate::failure::{self, Condition, DeadLetters, Delivered, FailurePolicy, FailureSettings, Hooks};
 use crate::output::Outputs;
 use crate::records::{kpl, Batch, Position, Record};
-use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, Processor, ShardInfo, ShutdownReason};
+use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, KeyedState, Processor, ShardInfo, ShutdownReason, StateChanges};
 
 /// One input line, as the user writes it.
 #[derive(Deserialize)]
@@ -134,19 +137,24 @@ pub struct ReplayError {
     pub report: ReplayReport,
 }
 
-/// Keeps each checkpoint for the report, and prints it as it happens
-/// when `print` is set.
-#[derive(Clone, Default)]
+/// Keeps each checkpoint for the report and applies its state changes,
+/// and prints it as it happens when `print` is set.
+#[derive(Clone)]
 struct RecordingSink {
     checkpoints: Arc<Mutex<Vec<Position>>>,
+    state: Arc<MemoryState>,
     print: bool,
 }
 
 impl CheckpointSink for RecordingSink {
-    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+    fn checkpoint<'a>(&'a mut self, position: Position, state: &'a StateChanges) -> CheckpointFuture<'a> {
         if self.print {
-            println!("checkpoint {position}");
+            match state.len() {
+                0 => println!("checkpoint {position}"),
+                changed => println!("checkpoint {position} (state: {changed} keys changed)"),
+            }
         }
+        self.state.commit(state);
         self.checkpoints.lock().expect("not poisoned").push(position);
         Box::pin(async { Ok(()) })
     }
@@ -212,22 +220,32 @@ impl Hooks for ReplayHooks {
     fn retrying(&self, _: Option<Retrying>) {}
 }
 
+/// Where a replay's checkpoints, outputs and state go.
+pub struct ReplaySinks<'a> {
+    /// Print each checkpoint to stdout.
+    pub print_checkpoints: bool,
+    /// The output targets.
+    pub outputs: &'a Arc<Outputs>,
+    /// The state, changed by each checkpoint.
+    pub state: &'a Arc<MemoryState>,
+}
+
 /// Runs initialize, `records` in batches of `batch_size`, then
-/// shutdown(shard-end); `print_checkpoints` prints each one to stdout. A
-/// failed call stops the replay, unless `policy` can give records up: then
-/// it goes as in `kcl-host run` (retries, bisection, give-ups, a fresh
-/// instance from the last checkpoint after a trap).
+/// shutdown(shard-end), its checkpoints, outputs and state going to
+/// `sinks`. A failed call stops the replay, unless `policy` can give
+/// records up: then it goes as in `kcl-host run` (retries, bisection,
+/// give-ups, a fresh instance from the last checkpoint after a trap).
 pub async fn replay(
     processor: &Processor,
     shard: ShardInfo,
     records: Batch,
     batch_size: usize,
-    print_checkpoints: bool,
-    outputs: &Arc<Outputs>,
+    sinks: ReplaySinks<'_>,
     policy: Option<ReplayPolicy<'_>>,
 ) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
-    let sink = RecordingSink { print: print_checkpoints, ..RecordingSink::default() };
+    let ReplaySinks { print_checkpoints, outputs, state } = sinks;
+    let sink = RecordingSink { checkpoints: Arc::default(), state: state.clone(), print: print_checkpoints };
     let strict = FailureSettings::default();
     let no_target = DeadLetters::printed(&strict);
     let (settings, dead_letters) = policy.as_ref().map_or((&strict, &*no_target), |p| (p.settings, p.dead_letters));
@@ -246,7 +264,11 @@ pub async fn replay(
         ReplayError { call, records_done: report.records, error, report }
     };
     let open = |last_checkpoint: Option<Position>| async {
-        let mut instance = processor.instantiate_with_outputs(&shard.shard_id, Box::new(sink.clone()), Box::new(outputs.shard()), last_checkpoint).await.map_err(|e| ("instantiate", e))?;
+        let keyed = KeyedState::new(state.clone(), None);
+        let mut instance = processor
+            .instantiate_with_outputs(&shard.shard_id, Box::new(sink.clone()), Box::new(outputs.shard()), keyed, last_checkpoint)
+            .await
+            .map_err(|e| ("instantiate", e))?;
         instance.initialize(&shard).await.map_err(|e| ("initialize", e))?;
         Ok(instance)
     };

@@ -4,12 +4,14 @@
 //! actually given and that it does not move backwards (as the Java KCL
 //! does), then flushes the shard's outputs (a checkpoint is never ahead of
 //! them); the [`CheckpointSink`] supplied by the caller then records it
-//! (the fenced lease write in `kcl-host run`, a printout in `kcl-host replay`).
+//! with the state changes made since the last one, in one write (the fenced
+//! lease write in `kcl-host run`, a printout in `kcl-host replay`).
 
 use std::future::Future;
 use std::pin::Pin;
 
 use super::output::OutputSink;
+use super::state::{KeyedState, StateChanges};
 use super::CheckpointError;
 use crate::records::{Batch, Position, Positions};
 
@@ -19,8 +21,10 @@ pub type CheckpointFuture<'a> =
 
 /// Where a shard's validated checkpoints are written.
 pub trait CheckpointSink: Send {
-    /// Records that every record up to and including `position` is processed.
-    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_>;
+    /// Records that every record up to and including `position` is
+    /// processed, and commits `state` (the changes made since the last
+    /// checkpoint) in the same atomic write: both or neither.
+    fn checkpoint<'a>(&'a mut self, position: Position, state: &'a StateChanges) -> CheckpointFuture<'a>;
 }
 
 /// A shard's checkpoint state inside one instance's store.
@@ -34,6 +38,8 @@ pub(crate) struct Checkpoints {
     sink: Box<dyn CheckpointSink>,
     /// The shard's outputs: flushed before every checkpoint write.
     pub(crate) outputs: Box<dyn OutputSink>,
+    /// The shard's state: its changes are committed with every checkpoint.
+    pub(crate) state: KeyedState,
     last_checkpoint: Option<Position>,
     /// The batch of the current `process-records` call.
     in_call: Option<Positions>,
@@ -43,10 +49,11 @@ pub(crate) struct Checkpoints {
 }
 
 impl Checkpoints {
-    pub(crate) fn new(sink: Box<dyn CheckpointSink>, outputs: Box<dyn OutputSink>, last_checkpoint: Option<Position>) -> Self {
+    pub(crate) fn new(sink: Box<dyn CheckpointSink>, outputs: Box<dyn OutputSink>, state: KeyedState, last_checkpoint: Option<Position>) -> Self {
         Self {
             sink,
             outputs,
+            state,
             last_checkpoint,
             in_call: None,
             acknowledged: None,
@@ -141,14 +148,15 @@ impl Checkpoints {
                     "{position} is before the last checkpoint {previous}"
                 )));
             }
-            if position == *previous {
+            if position == *previous && self.state.pending().is_empty() {
                 return Ok(());
             }
         }
         if let Err(e) = self.outputs.flush().await {
             return Err(CheckpointError::Unavailable(format!("the outputs could not be written, so the checkpoint was not: {e}")));
         }
-        self.sink.checkpoint(position.clone()).await?;
+        self.sink.checkpoint(position.clone(), self.state.pending()).await?;
+        self.state.committed();
         self.last_checkpoint = Some(position);
         Ok(())
     }
@@ -165,8 +173,9 @@ mod tests {
     struct Recorded(Arc<Mutex<Vec<String>>>);
 
     impl CheckpointSink for Recorded {
-        fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
-            self.0.lock().unwrap().push(position.to_string());
+        fn checkpoint<'a>(&'a mut self, position: Position, state: &'a StateChanges) -> CheckpointFuture<'a> {
+            let changes: Vec<&str> = state.keys().map(String::as_str).collect();
+            self.0.lock().unwrap().push(if changes.is_empty() { position.to_string() } else { format!("{position} {}", changes.join(",")) });
             Box::pin(async { Ok(()) })
         }
     }
@@ -179,6 +188,10 @@ mod tests {
         seqs.iter().map(|s| record(s, None)).collect()
     }
 
+    fn no_state() -> KeyedState {
+        KeyedState::unavailable("no state in these tests")
+    }
+
     fn pos(s: &str) -> Position {
         Position::new(s, 0).unwrap()
     }
@@ -186,7 +199,7 @@ mod tests {
     #[tokio::test]
     async fn checkpoint_last_writes_the_last_delivered_record() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), no_state(), None);
         cp.checkpoint_last().await.unwrap();
         cp.delivering(&batch(&["5", "7", "11"]));
         cp.checkpoint_last().await.unwrap();
@@ -197,7 +210,7 @@ mod tests {
     #[tokio::test]
     async fn outside_a_call_checkpoint_means_the_last_batch_that_returned_ok() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), no_state(), None);
         cp.delivering(&batch(&["5", "7"]));
         cp.delivered(true);
         // The next batch asks for a retry; then the worker stops and
@@ -219,7 +232,7 @@ mod tests {
     #[tokio::test]
     async fn refuses_undelivered_and_backward_positions() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), Some(pos("3")));
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), no_state(), Some(pos("3")));
         assert!(matches!(
             cp.checkpoint_at(pos("5")).await,
             Err(CheckpointError::InvalidSequenceNumber(_))
@@ -240,7 +253,7 @@ mod tests {
     #[tokio::test]
     async fn refuses_everything_after_the_lease_is_lost() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), no_state(), None);
         cp.delivering(&batch(&["5"]));
         cp.lease_lost();
         assert!(matches!(cp.checkpoint_last().await, Err(CheckpointError::LeaseLost)));
@@ -250,7 +263,7 @@ mod tests {
     #[tokio::test]
     async fn an_index_names_a_record_of_the_batch_and_a_whole_aggregate_is_its_last_user_record() {
         let sink = Recorded::default();
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), no_state(), None);
         let aggregate: Batch = [record("5", None), record("7", Some(0)), record("7", Some(1)), record("9", None)].into_iter().collect();
         cp.delivering(&aggregate);
         cp.checkpoint_at_index(1).await.unwrap();
@@ -288,7 +301,7 @@ mod tests {
         let sink = Recorded::default();
         let ok = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let outputs = FlakyOutputs { log: sink.0.clone(), ok: ok.clone() };
-        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(outputs), None);
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(outputs), no_state(), None);
         cp.delivering(&batch(&["5", "7"]));
         assert!(matches!(cp.checkpoint_last().await, Err(CheckpointError::Unavailable(m)) if m.contains("target `out` is down")));
         ok.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -5,13 +5,13 @@
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::Store;
 
-use super::bindings::{v0_1, v0_2, v0_3};
+use super::bindings::{v0_1, v0_2, v0_3, v0_4};
 use super::store::{self, ShardState};
 use super::{ProcessorError, Runtime, ShardInfo, ShutdownReason};
 use crate::records::Batch;
 
 /// Moves a batch's columns into the other batch type: the record path's
-/// `Batch` and the WIT `batch` (0.2 and 0.3) have the same fields, so the
+/// `Batch` and the WIT `batch` (0.2 to 0.4) have the same fields, so the
 /// call takes them without a copy and gives them back.
 macro_rules! move_columns {
     ($from:expr => $to:path) => {{
@@ -34,7 +34,8 @@ macro_rules! move_columns {
 }
 
 /// The interface a processor must export, per contract version, newest first.
-pub(crate) const RECORD_PROCESSOR_EXPORTS: [(&str, &str); 3] = [
+pub(crate) const RECORD_PROCESSOR_EXPORTS: [(&str, &str); 4] = [
+    ("0.4.0", "kcl:processor/record-processor@0.4.0"),
     ("0.3.0", "kcl:processor/record-processor@0.3.0"),
     ("0.2.0", "kcl:processor/record-processor@0.2.0"),
     ("0.1.0", "kcl:processor/record-processor@0.1.0"),
@@ -45,6 +46,7 @@ type Returned = wasmtime::Result<Result<(), ProcessorError>>;
 
 /// A component ready to instantiate, by the contract version it implements.
 pub(crate) enum Pre {
+    V0_4(v0_4::ProcessorPre<ShardState>),
     V0_3(v0_3::ProcessorPre<ShardState>),
     V0_2(v0_2::ProcessorPre<ShardState>),
     V0_1(v0_1::ProcessorPre<ShardState>),
@@ -56,13 +58,15 @@ impl Pre {
         Ok(match version {
             "0.1.0" => Pre::V0_1(v0_1::ProcessorPre::new(pre)?),
             "0.2.0" => Pre::V0_2(v0_2::ProcessorPre::new(pre)?),
-            _ => Pre::V0_3(v0_3::ProcessorPre::new(pre)?),
+            "0.3.0" => Pre::V0_3(v0_3::ProcessorPre::new(pre)?),
+            _ => Pre::V0_4(v0_4::ProcessorPre::new(pre)?),
         })
     }
 
     /// The contract version, as in [`RECORD_PROCESSOR_EXPORTS`].
     pub(super) fn version(&self) -> &'static str {
         match self {
+            Pre::V0_4(_) => "0.4.0",
             Pre::V0_3(_) => "0.3.0",
             Pre::V0_2(_) => "0.2.0",
             Pre::V0_1(_) => "0.1.0",
@@ -72,6 +76,7 @@ impl Pre {
     /// An instance in `store`.
     pub(super) async fn instantiate(&self, store: &mut Store<ShardState>) -> wasmtime::Result<Exports> {
         match self {
+            Pre::V0_4(pre) => pre.instantiate_async(store).await.map(Exports::V0_4),
             Pre::V0_3(pre) => pre.instantiate_async(store).await.map(Exports::V0_3),
             Pre::V0_2(pre) => pre.instantiate_async(store).await.map(Exports::V0_2),
             Pre::V0_1(pre) => pre.instantiate_async(store).await.map(Exports::V0_1),
@@ -81,6 +86,7 @@ impl Pre {
 
 /// An instance's `record-processor`, by contract version.
 pub(super) enum Exports {
+    V0_4(v0_4::Processor),
     V0_3(v0_3::Processor),
     V0_2(v0_2::Processor),
     V0_1(v0_1::Processor),
@@ -89,6 +95,7 @@ pub(super) enum Exports {
 impl Exports {
     pub(super) async fn initialize(&self, store: &mut Store<ShardState>, shard: &ShardInfo) -> Returned {
         match self {
+            Exports::V0_4(p) => p.kcl_processor_record_processor().call_initialize(store, shard).await,
             Exports::V0_3(p) => p.kcl_processor_record_processor().call_initialize(store, shard).await,
             Exports::V0_2(p) => {
                 let shard = super::v0_2::shard_info(shard);
@@ -105,8 +112,14 @@ impl Exports {
     /// copy on the host side) and back, so it can be delivered again.
     pub(super) async fn process_records(&self, store: &mut Store<ShardState>, batch: &mut Batch) -> Returned {
         match self {
+            Exports::V0_4(p) => {
+                let lowered = move_columns!(std::mem::take(batch) => v0_4::kcl::processor::types::Batch);
+                let result = p.kcl_processor_record_processor().call_process_records(&mut *store, &lowered).await;
+                *batch = move_columns!(lowered => Batch);
+                result
+            }
             Exports::V0_3(p) => {
-                let lowered = move_columns!(std::mem::take(batch) => v0_3::kcl::processor::types::Batch);
+                let lowered = move_columns!(std::mem::take(batch) => v0_4::kcl::processor::types::Batch);
                 let result = p.kcl_processor_record_processor().call_process_records(&mut *store, &lowered).await;
                 *batch = move_columns!(lowered => Batch);
                 result
@@ -126,6 +139,7 @@ impl Exports {
 
     pub(super) async fn shutdown(&self, store: &mut Store<ShardState>, reason: ShutdownReason) -> Returned {
         match self {
+            Exports::V0_4(p) => p.kcl_processor_record_processor().call_shutdown(store, reason).await,
             Exports::V0_3(p) => p.kcl_processor_record_processor().call_shutdown(store, reason).await,
             Exports::V0_2(p) => {
                 let reason = super::v0_2::shutdown_reason(reason);
@@ -147,6 +161,7 @@ pub(super) fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<ShardState>> 
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
     wasmtime_wasi_config::add_to_linker(&mut linker, store::config_vars)?;
+    v0_4::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
     v0_3::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
     v0_2::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;
     v0_1::Processor::add_to_linker::<_, HasSelf<ShardState>>(&mut linker, |state| state)?;

@@ -84,21 +84,24 @@ impl ShardInstance {
     /// At the end of a call: writes what it sent when it succeeded, or
     /// failed part-way (the records before the failure are done); a target
     /// that keeps failing fails the call with [`CallError::OutputsUnwritten`]
-    /// and its input comes again. Drops what a failed call sent (it is sent
-    /// again with that input).
+    /// and its input comes again. Drops what a failed call sent and the
+    /// state it changed since the last checkpoint (both are made again with
+    /// that input).
     async fn flush_outputs(&mut self, result: Result<(), CallError>) -> Result<(), CallError> {
-        let outputs = &mut self.store.data_mut().checkpoints.outputs;
-        if result.as_ref().is_err_and(|e| !matches!(e, CallError::FailedAt { .. })) {
-            outputs.discard();
-            return result;
-        }
-        match outputs.flush().await {
-            Ok(()) => result,
-            Err(e) => {
-                outputs.discard();
-                Err(CallError::OutputsUnwritten(e))
+        let checkpoints = &mut self.store.data_mut().checkpoints;
+        let flushed = if result.as_ref().is_err_and(|e| !matches!(e, CallError::FailedAt { .. })) {
+            result
+        } else {
+            match checkpoints.outputs.flush().await {
+                Ok(()) => result,
+                Err(e) => Err(CallError::OutputsUnwritten(e)),
             }
+        };
+        if flushed.as_ref().is_err_and(|e| !matches!(e, CallError::FailedAt { .. })) {
+            checkpoints.outputs.discard();
+            checkpoints.state.discard();
         }
+        flushed
     }
 
     /// Stops any call of this instance, within one epoch tick, once

@@ -9,7 +9,7 @@
 macro_rules! legacy_boundary {
     ($v:path) => {
         use $v as old;
-        use $crate::runtime::{CheckpointError, LogLevel, ProcessorError, ShardInfo, ShutdownReason};
+        use $crate::runtime::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
 
         fn checkpoint_result(result: Result<(), CheckpointError>) -> Result<(), old::types::CheckpointError> {
             use old::types::CheckpointError as Old;
@@ -24,15 +24,8 @@ macro_rules! legacy_boundary {
 
         impl old::log::Host for ShardState {
             async fn log(&mut self, level: old::log::Level, message: String) -> wasmtime::Result<()> {
-                use old::log::Level;
-                let level = match level {
-                    Level::Trace => LogLevel::Trace,
-                    Level::Debug => LogLevel::Debug,
-                    Level::Info => LogLevel::Info,
-                    Level::Warn => LogLevel::Warn,
-                    Level::Error => LogLevel::Error,
-                };
-                $crate::runtime::bindings::v0_3::kcl::processor::log::Host::log(self, level, message).await
+                let level = $crate::runtime::legacy::current_level!(level, old::log::Level);
+                $crate::runtime::bindings::v0_4::kcl::processor::log::Host::log(self, level, message).await
             }
         }
 
@@ -67,4 +60,17 @@ macro_rules! legacy_boundary {
     };
 }
 
-pub(super) use legacy_boundary;
+/// An older contract's log level (`$old`, the same five cases) as the current [`LogLevel`](crate::runtime::LogLevel).
+macro_rules! current_level {
+    ($level:expr, $($old:ident)::+) => {
+        match $level {
+            $($old)::+::Trace => $crate::runtime::LogLevel::Trace,
+            $($old)::+::Debug => $crate::runtime::LogLevel::Debug,
+            $($old)::+::Info => $crate::runtime::LogLevel::Info,
+            $($old)::+::Warn => $crate::runtime::LogLevel::Warn,
+            $($old)::+::Error => $crate::runtime::LogLevel::Error,
+        }
+    };
+}
+
+pub(super) use {current_level, legacy_boundary};

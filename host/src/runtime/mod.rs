@@ -8,7 +8,8 @@
 //! Sandbox: every instance has its own [`wasmtime::Store`], a memory cap, a
 //! deadline per call (epoch interruption), and WASI with no filesystem,
 //! network, environment or arguments. Its stdout/stderr and `log` calls go to
-//! the host log tagged with the shard id.
+//! the host log tagged with the shard id; its `state` is read and committed
+//! through what the caller gives it ([`StateSource`], [`CheckpointSink`]).
 
 mod bindings;
 mod cache;
@@ -23,9 +24,11 @@ mod metadata;
 mod outbound;
 mod output;
 mod processor;
+mod state;
 mod store;
 mod v0_1;
 mod v0_2;
+mod v0_3;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -35,8 +38,8 @@ use std::time::Duration;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 use wasmtime_wasi_config::WasiConfigVariables;
 
-pub use bindings::v0_3::kcl::processor::log::Level as LogLevel;
-pub use bindings::v0_3::kcl::processor::types::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
+pub use bindings::v0_4::kcl::processor::log::Level as LogLevel;
+pub use bindings::v0_4::kcl::processor::types::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
 pub use checkpoint::{CheckpointFuture, CheckpointSink};
 pub use error::CallError;
 pub use guest_log::GUEST_TARGET;
@@ -45,6 +48,7 @@ pub use metadata::ComponentMetadata;
 pub use outbound::OutboundPolicy;
 pub use output::{NoOutputs, OutputFuture, OutputRecords, OutputSink, SendError};
 pub use processor::{LoadError, Processor};
+pub use state::{KeyedState, StateChanges, StateError, StateFuture, StateSource, MAX_CHANGED_BYTES, MAX_CHANGED_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// How often the epoch advances: a running guest yields to the async
 /// runtime, and its call deadline is checked, once per tick.

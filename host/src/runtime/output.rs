@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-pub use super::bindings::v0_3::kcl::processor::output::{Records as OutputRecords, SendError};
+pub use super::bindings::v0_4::kcl::processor::output::{Records as OutputRecords, SendError};
 
 /// The future an [`OutputSink`] returns.
 pub type OutputFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -14,6 +14,7 @@ use super::contract::{self, Pre, RECORD_PROCESSOR_EXPORTS};
 use super::guest_log::Speaker;
 use super::metadata::ComponentMetadata;
 use super::output::{NoOutputs, OutputSink};
+use super::state::KeyedState;
 use super::store::{self, Limits, NoCheckpoints};
 use super::{cache, CallError, Runtime, ShardInfo, ShardInstance, ShutdownReason};
 use crate::records::Position;
@@ -144,28 +145,31 @@ impl Processor {
     /// A fresh instance for `shard`, whose checkpoints go to `sink`.
     /// `last_checkpoint` is where the shard was last checkpointed, if at a
     /// record; checkpoints before it are refused.
-    /// It has no output targets: see [`Processor::instantiate_with_outputs`].
+    /// It has no output targets and no state: see [`Processor::instantiate_with_outputs`].
     pub async fn instantiate(
         &self,
         shard: &str,
         sink: Box<dyn CheckpointSink>,
         last_checkpoint: Option<Position>,
     ) -> Result<ShardInstance, CallError> {
-        self.instantiate_with_outputs(shard, sink, Box::new(NoOutputs), last_checkpoint).await
+        let state = KeyedState::unavailable("this instance has no state: it was started without any");
+        self.instantiate_with_outputs(shard, sink, Box::new(NoOutputs), state, last_checkpoint).await
     }
 
     /// Like [`Processor::instantiate`], with what it sends going to `outputs`
-    /// (flushed before each checkpoint and at the end of each call).
+    /// (flushed before each checkpoint and at the end of each call) and its
+    /// state in `state` (committed with each checkpoint).
     pub async fn instantiate_with_outputs(
         &self,
         shard: &str,
         sink: Box<dyn CheckpointSink>,
         outputs: Box<dyn OutputSink>,
+        state: KeyedState,
         last_checkpoint: Option<Position>,
     ) -> Result<ShardInstance, CallError> {
         let runtime = &self.inner.runtime;
         let speaker = Speaker { shard: shard.into(), processor: self.describe().into() };
-        let mut store = store::new_store(runtime, speaker, sink, outputs, last_checkpoint);
+        let mut store = store::new_store(runtime, speaker, sink, outputs, state, last_checkpoint);
         let limits = Limits::of(runtime);
         match self.inner.pre.instantiate(&mut store).await {
             Ok(exports) => Ok(ShardInstance::new(store, exports, limits)),

@@ -15,6 +15,7 @@ use super::checkpoint::{CheckpointFuture, CheckpointSink, Checkpoints};
 use super::guest_log::{GuestOutput, Speaker};
 use super::outbound::OutboundHooks;
 use super::output::OutputSink;
+use super::state::{KeyedState, StateChanges};
 use super::{CallError, CheckpointError, Runtime};
 use crate::records::Position;
 
@@ -88,12 +89,14 @@ pub(super) fn config_vars(state: &mut ShardState) -> wasmtime_wasi_config::WasiC
 }
 
 /// A fresh store for one shard's instance, sandboxed and limited by
-/// `runtime`'s settings; its checkpoints go to `sink`, its outputs to `outputs`.
+/// `runtime`'s settings; its checkpoints go to `sink`, its outputs to
+/// `outputs`, its state is `state`.
 pub(super) fn new_store(
     runtime: &Runtime,
     speaker: Speaker,
     sink: Box<dyn CheckpointSink>,
     outputs: Box<dyn OutputSink>,
+    state: KeyedState,
     last_checkpoint: Option<Position>,
 ) -> Store<ShardState> {
     let config = runtime.config();
@@ -116,7 +119,7 @@ pub(super) fn new_store(
         vars: runtime.vars(),
         table: ResourceTable::new(),
         memory,
-        checkpoints: Checkpoints::new(sink, outputs, last_checkpoint),
+        checkpoints: Checkpoints::new(sink, outputs, state, last_checkpoint),
         call_ends: Instant::now() + config.call_deadline,
         withdrawn: None,
         was_withdrawn: false,
@@ -180,7 +183,7 @@ impl Limits {
 pub(super) struct NoCheckpoints;
 
 impl CheckpointSink for NoCheckpoints {
-    fn checkpoint(&mut self, _: Position) -> CheckpointFuture<'_> {
+    fn checkpoint<'a>(&'a mut self, _: Position, _: &'a StateChanges) -> CheckpointFuture<'a> {
         Box::pin(async { Err(CheckpointError::Unavailable("this instance only checks the component".into())) })
     }
 }

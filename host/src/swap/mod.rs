@@ -168,7 +168,9 @@ impl Swapper {
         let Some(records) = &self.canary_input else { return Ok(()) };
         let shard = ShardInfo::new("swap-canary-input", "swap-canary-input");
         let outputs = self.canary_outputs.as_ref().expect("set with the canary input");
-        replay::replay(candidate, shard, records.clone(), 500, false, outputs, None)
+        // Its state is its own: a canary never reads or changes the fleet's.
+        let sinks = replay::ReplaySinks { print_checkpoints: false, outputs, state: &Arc::default() };
+        replay::replay(candidate, shard, records.clone(), 500, sinks, None)
             .await
             .map(|_| ())
             .map_err(|e| format!("it failed on --swap-canary-input: {e}"))

@@ -80,7 +80,7 @@ impl WorkerError {
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
             WorkerError::Aws(e) | WorkerError::Lease(LeaseError::Aws(e)) => Some(e),
-            WorkerError::Refused(_) => None,
+            WorkerError::Refused(_) | WorkerError::Lease(LeaseError::NoTransactions) => None,
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::metrics::{Metrics, ShardMetrics};
 use crate::failure::retrying::RetryBoard;
 use crate::failure::{DeadLetters, FailureSettings};
 use crate::output::Outputs;
+use crate::state::StateTable;
 use crate::records::kpl::HashRange;
 use crate::runtime::Processor;
 use crate::shard::InitialPosition;
@@ -76,6 +77,8 @@ pub(super) struct Template {
     pub(super) redelivery: Arc<Budget>,
     /// The declared output targets.
     pub(super) outputs: Arc<Outputs>,
+    /// The application's state table (made on first use).
+    pub(super) state: Arc<StateTable>,
     /// The failure policy.
     pub(super) failure: Arc<FailureSettings>,
     /// Where records given up on go.
@@ -164,6 +167,7 @@ impl ShardLoops {
             reports: self.reports.clone(),
             redelivery: self.template.redelivery.clone(),
             outputs: self.template.outputs.clone(),
+            state: self.template.state.clone(),
             failure: self.template.failure.clone(),
             dead_letters: self.template.dead_letters.clone(),
             retrying: self.template.retrying.clone(),

@@ -28,6 +28,7 @@ use crate::lease::watch::{self, FleetWatch};
 use crate::lease::LeaseStore;
 use crate::metrics::Metrics;
 use crate::output::Outputs;
+use crate::state::StateTable;
 use crate::stream::Streams;
 use crate::swap::deploy::Deployed;
 use crate::swap::fleet::Follower;
@@ -105,6 +106,7 @@ impl Worker {
             redelivery: Budget::new(config.swap.buffer_bytes),
             metrics: metrics.clone(),
             outputs,
+            state: Arc::new(StateTable::new(clients.dynamodb.clone(), &config.application)),
             failure: Arc::new(config.failure.clone()),
             dead_letters,
             retrying: retrying.clone(),

@@ -1,5 +1,6 @@
 //! What a shard loop lends the failure policy's delivery loop (its hooks:
-//! what to count, log and wait on) and the runtime (where checkpoints go).
+//! what to count, log and wait on) and the runtime (where checkpoints and
+//! state go).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -14,7 +15,9 @@ use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::records::{Batch, Position};
-use crate::runtime::{CallError, CheckpointError, CheckpointFuture, CheckpointSink, Processor};
+use crate::records::kpl::HashRange;
+use crate::runtime::{CallError, CheckpointError, CheckpointFuture, CheckpointSink, KeyedState, Processor, StateChanges};
+use crate::state::{ShardStateSource, StateCommit, StateTable};
 use crate::swap::rollout::CallReport;
 
 /// What the failure policy's delivery loop counts, logs and waits on for a shard.
@@ -72,18 +75,34 @@ impl<S: LeaseStore> Hooks for ShardHooks<'_, S> {
     }
 }
 
-/// Writes a guest's checkpoints to the lease table through the held lease.
+/// Writes a guest's checkpoints to the lease table through the held lease,
+/// with the state changes they cover.
 pub(super) struct LeaseSink<S> {
     pub(super) held: Arc<HeldLease<S>>,
     pub(super) metrics: ShardMetrics,
     /// The last checkpoint written, for the consumer's re-delivery on a swap.
     pub(super) checkpointed: Arc<StdMutex<Option<Position>>>,
+    /// Where state changes are committed, and the shard's stream.
+    pub(super) state: Arc<StateTable>,
+    pub(super) stream: String,
 }
 
 impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
-    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+    fn checkpoint<'a>(&'a mut self, position: Position, state: &'a StateChanges) -> CheckpointFuture<'a> {
         Box::pin(async move {
-            let written = self.held.checkpoint(Checkpoint::At(position.clone()), &BTreeSet::new()).await;
+            let checkpoint = Checkpoint::At(position.clone());
+            let written = if state.is_empty() {
+                self.held.checkpoint(checkpoint, &BTreeSet::new()).await
+            } else {
+                match self.state.ensure().await {
+                    Ok(()) => {
+                        let key = self.held.key();
+                        let commit = StateCommit { table: self.state.name(), stream: &self.stream, shard: key.shard_id(), changes: state };
+                        self.held.commit(checkpoint, &commit).await
+                    }
+                    Err(e) => Err(CheckpointFailure::Unavailable(format!("the state table could not be made ready: {e}"))),
+                }
+            };
             self.metrics.checkpoint(written.is_ok());
             if written.is_ok() {
                 *self.checkpointed.lock().expect("not poisoned") = Some(position);
@@ -96,6 +115,18 @@ impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
     }
 }
 
+/// The state an instance of `held`'s shard sees: the stream's items in
+/// `table`, keys limited to the lease's hash-key range. Lanes
+/// (`--parallelism` over 1) have none: each lane's checkpoint only says how
+/// far it got, so no write could commit its changes exactly once.
+pub(super) async fn shard_state<S: LeaseStore>(held: &HeldLease<S>, table: &Arc<StateTable>, stream: &str, parallelism: usize) -> KeyedState {
+    if parallelism > 1 {
+        return KeyedState::unavailable(format!("state needs one instance per shard; this worker runs {parallelism} (--parallelism): run it with --parallelism 1"));
+    }
+    let lease = held.snapshot().await;
+    let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
+    KeyedState::new(Arc::new(ShardStateSource { table: table.clone(), stream: stream.to_owned() }), range)
+}
 
 /// Notes where a lane's instance is done, with `--parallelism` over 1: its
 /// checkpoints mean "done up to here for my keys", and the host writes the
@@ -106,7 +137,7 @@ pub(super) struct LaneSink<S> {
 }
 
 impl<S: LeaseStore> CheckpointSink for LaneSink<S> {
-    fn checkpoint(&mut self, position: Position) -> CheckpointFuture<'_> {
+    fn checkpoint<'a>(&'a mut self, position: Position, _: &'a StateChanges) -> CheckpointFuture<'a> {
         let noted = if self.held.is_valid() {
             let mut done = self.done_through.lock().expect("not poisoned");
             if done.as_ref().is_none_or(|done| *done < position) {

@@ -29,6 +29,7 @@ use crate::metrics::ShardMetrics;
 use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
+use crate::state::StateTable;
 use crate::runtime::{CheckpointSink, Processor, ShardInfo, ShardInstance, ShutdownReason};
 use crate::swap::rollout::CallReport;
 
@@ -78,6 +79,8 @@ pub struct ShardLoop<S> {
     pub redelivery: Arc<Budget>,
     /// Where the processor's outputs go; flushed before each checkpoint.
     pub outputs: Arc<Outputs>,
+    /// Where the processor's state is read and committed.
+    pub state: Arc<StateTable>,
     /// The failure policy.
     pub failure: Arc<FailureSettings>,
     /// Where records given up on go.
@@ -239,7 +242,13 @@ impl<S: LeaseStore> ShardLoop<S> {
     /// Where the instance's checkpoints go with one instance per shard: to
     /// the lease, noting each in `checkpointed`.
     fn lease_sink(&self, checkpointed: &Arc<StdMutex<Option<Position>>>) -> Box<dyn CheckpointSink> {
-        Box::new(LeaseSink { held: self.held.clone(), metrics: self.metrics.clone(), checkpointed: checkpointed.clone() })
+        Box::new(LeaseSink {
+            held: self.held.clone(),
+            metrics: self.metrics.clone(),
+            checkpointed: checkpointed.clone(),
+            state: self.state.clone(),
+            stream: self.stream.clone(),
+        })
     }
 
     /// A fresh instance of `processor` for this shard, initialized from
@@ -254,8 +263,9 @@ impl<S: LeaseStore> ShardLoop<S> {
     ) -> Result<ShardInstance, Interrupt> {
         let shard_id = self.held.key().shard_id().to_owned();
         let outputs = Box::new(self.outputs.shard());
+        let state = hooks::shard_state(&self.held, &self.state, &self.stream, self.parallelism).await;
         // Its log lines name the lease key: with several streams, that names the stream too.
-        let mut instance = match processor.instantiate_with_outputs(self.held.key(), sink, outputs, last_checkpoint.clone()).await {
+        let mut instance = match processor.instantiate_with_outputs(self.held.key(), sink, outputs, state, last_checkpoint.clone()).await {
             Ok(instance) => instance,
             Err(e) => return Err(Interrupt::Failed(format!("instantiating the processor failed: {e}"))),
         };

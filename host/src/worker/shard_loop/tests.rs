@@ -119,6 +119,7 @@ async fn fixture_with(records: Vec<(u64, &'static str)>, closed: bool, policy: P
         reports: reports_tx,
         redelivery: Budget::new(1 << 20),
         outputs,
+        state: Arc::new(unreachable_state_table()),
         failure: Arc::new(failure),
         dead_letters,
         retrying: Arc::new(crate::failure::retrying::Retrying::board()),
@@ -127,6 +128,12 @@ async fn fixture_with(records: Vec<(u64, &'static str)>, closed: bool, policy: P
         in_flight: Arc::new(crate::worker::in_flight::InFlight::board()),
     };
     Fixture { shard_loop, shard, store, coordinator, stop, processor, reports, delivered }
+}
+
+/// A state table no test guest uses (the client has no endpoint to reach).
+fn unreachable_state_table() -> crate::state::StateTable {
+    let config = aws_sdk_dynamodb::Config::builder().behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest()).build();
+    crate::state::StateTable::new(aws_sdk_dynamodb::Client::from_conf(config), "app")
 }
 
 fn checkpoint_of(store: &MemoryStore) -> Checkpoint {

@@ -2,7 +2,7 @@
 //
 // This code was generated from the following packages:
 //     wasi:config@0.2.0-rc.1
-//     kcl:processor@0.3.0
+//     kcl:processor@0.4.0
 
 package wit_exports
 
@@ -19,7 +19,7 @@ var staticPinner = runtime.Pinner{}
 var exportReturnArea = uintptr(witRuntime.Allocate(&staticPinner, (5 * 4), 4))
 var syncExportPinner = runtime.Pinner{}
 
-//go:wasmexport kcl:processor/record-processor@0.3.0#initialize
+//go:wasmexport kcl:processor/record-processor@0.4.0#initialize
 func wasm_export_kcl_processor_record_processor_initialize(arg0 uintptr, arg1 uint32, arg2 uintptr, arg3 uint32, arg4 uintptr, arg5 uint32, arg6 int32, arg7 int64) uintptr {
 
 	pinner := &syncExportPinner
@@ -86,12 +86,12 @@ func wasm_export_kcl_processor_record_processor_initialize(arg0 uintptr, arg1 ui
 
 }
 
-//go:wasmexport cabi_post_kcl:processor/record-processor@0.3.0#initialize
+//go:wasmexport cabi_post_kcl:processor/record-processor@0.4.0#initialize
 func wasm_export_post_return_kcl_processor_record_processor_initialize(result uintptr) {
 	syncExportPinner.Unpin()
 }
 
-//go:wasmexport kcl:processor/record-processor@0.3.0#process-records
+//go:wasmexport kcl:processor/record-processor@0.4.0#process-records
 func wasm_export_kcl_processor_record_processor_process_records(arg0 uintptr) uintptr {
 
 	pinner := &syncExportPinner
@@ -155,12 +155,12 @@ func wasm_export_kcl_processor_record_processor_process_records(arg0 uintptr) ui
 
 }
 
-//go:wasmexport cabi_post_kcl:processor/record-processor@0.3.0#process-records
+//go:wasmexport cabi_post_kcl:processor/record-processor@0.4.0#process-records
 func wasm_export_post_return_kcl_processor_record_processor_process_records(result uintptr) {
 	syncExportPinner.Unpin()
 }
 
-//go:wasmexport kcl:processor/record-processor@0.3.0#shutdown
+//go:wasmexport kcl:processor/record-processor@0.4.0#shutdown
 func wasm_export_kcl_processor_record_processor_shutdown(arg0 int32) uintptr {
 
 	pinner := &syncExportPinner
@@ -212,7 +212,7 @@ func wasm_export_kcl_processor_record_processor_shutdown(arg0 int32) uintptr {
 
 }
 
-//go:wasmexport cabi_post_kcl:processor/record-processor@0.3.0#shutdown
+//go:wasmexport cabi_post_kcl:processor/record-processor@0.4.0#shutdown
 func wasm_export_post_return_kcl_processor_record_processor_shutdown(result uintptr) {
 	syncExportPinner.Unpin()
 }

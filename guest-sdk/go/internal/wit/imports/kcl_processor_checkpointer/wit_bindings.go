@@ -2,7 +2,7 @@
 //
 // This code was generated from the following packages:
 //     wasi:config@0.2.0-rc.1
-//     kcl:processor@0.3.0
+//     kcl:processor@0.4.0
 
 package kcl_processor_checkpointer
 
@@ -16,7 +16,7 @@ import (
 
 type CheckpointError = kcl_processor_types.CheckpointError
 
-//go:wasmimport kcl:processor/checkpointer@0.3.0 checkpoint
+//go:wasmimport kcl:processor/checkpointer@0.4.0 checkpoint
 func wasm_import_checkpoint(arg0 uintptr)
 
 func Checkpoint() witTypes.Result[witTypes.Unit, kcl_processor_types.CheckpointError] {
@@ -60,7 +60,7 @@ func Checkpoint() witTypes.Result[witTypes.Unit, kcl_processor_types.CheckpointE
 
 }
 
-//go:wasmimport kcl:processor/checkpointer@0.3.0 checkpoint-at-index
+//go:wasmimport kcl:processor/checkpointer@0.4.0 checkpoint-at-index
 func wasm_import_checkpoint_at_index(arg0 int32, arg1 uintptr)
 
 func CheckpointAtIndex(index uint32) witTypes.Result[witTypes.Unit, kcl_processor_types.CheckpointError] {
@@ -104,7 +104,7 @@ func CheckpointAtIndex(index uint32) witTypes.Result[witTypes.Unit, kcl_processo
 
 }
 
-//go:wasmimport kcl:processor/checkpointer@0.3.0 checkpoint-at
+//go:wasmimport kcl:processor/checkpointer@0.4.0 checkpoint-at
 func wasm_import_checkpoint_at(arg0 uintptr, arg1 uint32, arg2 int32, arg3 int64, arg4 uintptr)
 
 func CheckpointAt(sequenceNumber string, subSequenceNumber witTypes.Option[uint64]) witTypes.Result[witTypes.Unit, kcl_processor_types.CheckpointError] {

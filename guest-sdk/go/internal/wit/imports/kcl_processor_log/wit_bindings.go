@@ -2,7 +2,7 @@
 //
 // This code was generated from the following packages:
 //     wasi:config@0.2.0-rc.1
-//     kcl:processor@0.3.0
+//     kcl:processor@0.4.0
 
 package kcl_processor_log
 
@@ -21,7 +21,7 @@ const (
 
 type Level = uint8
 
-//go:wasmimport kcl:processor/log@0.3.0 log
+//go:wasmimport kcl:processor/log@0.4.0 log
 func wasm_import_log(arg0 int32, arg1 uintptr, arg2 uint32)
 
 func Log(level Level, message string) {

@@ -2,7 +2,7 @@
 //
 // This code was generated from the following packages:
 //     wasi:config@0.2.0-rc.1
-//     kcl:processor@0.3.0
+//     kcl:processor@0.4.0
 
 package kcl_processor_output
 
@@ -65,7 +65,7 @@ func MakeSendErrorInvalid(value string) SendError {
 	return SendError{SendError_Invalid, value}
 }
 
-//go:wasmimport kcl:processor/output@0.3.0 send
+//go:wasmimport kcl:processor/output@0.4.0 send
 func wasm_import_send(arg0 uintptr, arg1 uint32, arg2 uintptr, arg3 uint32, arg4 uintptr, arg5 uint32, arg6 uintptr, arg7 uint32, arg8 uintptr, arg9 uint32, arg10 uintptr, arg11 uint32, arg12 uintptr, arg13 uint32, arg14 uintptr)
 
 func Send(target string, records Records) witTypes.Result[witTypes.Unit, SendError] {

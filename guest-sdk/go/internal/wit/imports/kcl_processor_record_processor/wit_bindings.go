@@ -2,7 +2,7 @@
 //
 // This code was generated from the following packages:
 //     wasi:config@0.2.0-rc.1
-//     kcl:processor@0.3.0
+//     kcl:processor@0.4.0
 
 package kcl_processor_record_processor
 

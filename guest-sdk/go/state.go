@@ -1,0 +1,90 @@
+package kcl
+
+import (
+	"fmt"
+	"strconv"
+
+	"kclhost.dev/kcl/internal/wit/imports/kcl_processor_state"
+)
+
+// MaxChangedKeys is how many keys may change between two checkpoints (one
+// DynamoDB transaction holds 100 writes; one is the checkpoint). A
+// processor that may touch more in one batch checkpoints part-way
+// (CheckpointAtIndex).
+const MaxChangedKeys = 99
+
+// StateError says why a state call did nothing.
+type StateError struct {
+	// NotThisShard is set when the key's MD5 hash is outside the shard's
+	// hash-key range: a key's state lives with the shard its records go
+	// to, so use the record's partition key.
+	NotThisShard bool
+	// Unavailable is set when the state could not be read now; try again later.
+	Unavailable bool
+	// Message says what is wrong (too large, which range, what failed).
+	Message string
+}
+
+func (e *StateError) Error() string { return "state: " + e.Message }
+
+func stateError(e kcl_processor_state.StateError) *StateError {
+	switch e.Tag() {
+	case kcl_processor_state.StateError_NotThisShard:
+		return &StateError{NotThisShard: true, Message: e.NotThisShard()}
+	case kcl_processor_state.StateError_Unavailable:
+		return &StateError{Unavailable: true, Message: e.Unavailable()}
+	default:
+		return &StateError{Message: e.TooLarge()}
+	}
+}
+
+// StateGet returns key's value, and whether it has one. State is kept per
+// key across batches, restarts, handoffs, swaps and reshards, and
+// committed with the checkpoint: after a crash it is exactly the effect of
+// the records up to the last checkpoint.
+func StateGet(key string) ([]byte, bool, error) {
+	result := kcl_processor_state.Get(key)
+	if result.IsErr() {
+		return nil, false, stateError(result.Err())
+	}
+	value := result.Ok()
+	if value.IsNone() {
+		return nil, false, nil
+	}
+	return value.Some(), true, nil
+}
+
+// StateSet sets key to value, committed with the next checkpoint.
+func StateSet(key string, value []byte) error {
+	if result := kcl_processor_state.Set(key, value); result.IsErr() {
+		return stateError(result.Err())
+	}
+	return nil
+}
+
+// StateDelete removes key's value, committed with the next checkpoint.
+func StateDelete(key string) error {
+	if result := kcl_processor_state.Delete(key); result.IsErr() {
+		return stateError(result.Err())
+	}
+	return nil
+}
+
+// StateGetInt returns key's value as an integer (kept as decimal text),
+// 0 when it has none.
+func StateGetInt(key string) (int64, error) {
+	value, ok, err := StateGet(key)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("state: the value of %q is %q, not a decimal integer", key, value)
+	}
+	return n, nil
+}
+
+// StateSetInt sets key to the integer value, as decimal text.
+func StateSetInt(key string, value int64) error {
+	return StateSet(key, []byte(strconv.FormatInt(value, 10)))
+}

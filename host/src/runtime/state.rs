@@ -1,0 +1,281 @@
+//! The guest's `state` import: values per key, read through a per-instance
+//! cache, changed only in memory until the next checkpoint commits the
+//! changes with it (the [`CheckpointSink`](super::CheckpointSink) writes
+//! both at once).
+//!
+//! Where committed values come from is the caller's [`StateSource`]: the
+//! state table in `kcl-host run`, a map in `kcl-host replay`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub use super::bindings::v0_4::kcl::processor::state::StateError;
+use crate::records::kpl::{hash_key, HashRange};
+
+/// Longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Largest value, in bytes: a DynamoDB item holds 400 KB with its key and
+/// bookkeeping.
+pub const MAX_VALUE_BYTES: usize = 390_000;
+/// Most keys changed between two checkpoints: one DynamoDB transaction
+/// writes 100 items, and one of them is the checkpoint.
+pub const MAX_CHANGED_KEYS: usize = 99;
+/// Most bytes of keys and values changed between two checkpoints: a
+/// transaction carries 4 MB.
+pub const MAX_CHANGED_BYTES: usize = 3_500_000;
+/// Most bytes of committed values an instance keeps cached.
+const CACHE_BYTES: usize = 16 << 20;
+
+/// The future a [`StateSource`] returns.
+pub type StateFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where a shard's committed state is read.
+pub trait StateSource: Send + Sync {
+    /// The committed values of `keys`, in order (strongly consistent
+    /// reads); a message saying what failed otherwise.
+    fn read<'a>(&'a self, keys: &'a [String]) -> StateFuture<'a, Result<Vec<Option<Vec<u8>>>, String>>;
+}
+
+/// The changes since the last checkpoint: key → its new value, or `None`
+/// for a key deleted.
+pub type StateChanges = BTreeMap<String, Option<Vec<u8>>>;
+
+/// One instance's view of its shard's state.
+pub struct KeyedState {
+    /// Where committed values are read, and the hash-key range keys must
+    /// fall in (none: any key); or why state is not available here.
+    access: Result<(Arc<dyn StateSource>, Option<HashRange>), String>,
+    cache: Cache,
+    pending: StateChanges,
+    pending_bytes: usize,
+}
+
+impl KeyedState {
+    /// State read from `source`, for keys whose hash falls in `range`.
+    pub fn new(source: Arc<dyn StateSource>, range: Option<HashRange>) -> Self {
+        Self::with_access(Ok((source, range)))
+    }
+
+    /// No state: every call fails with `unavailable(reason)`.
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Self::with_access(Err(reason.into()))
+    }
+
+    fn with_access(access: Result<(Arc<dyn StateSource>, Option<HashRange>), String>) -> Self {
+        Self { access, cache: Cache::default(), pending: StateChanges::new(), pending_bytes: 0 }
+    }
+
+    /// The values of `keys`: this instance's changes, else the cache, else
+    /// one read of the rest.
+    pub(crate) async fn get_many(&mut self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, StateError> {
+        let (source, range) = self.access.as_ref().map_err(|reason| StateError::Unavailable(reason.clone()))?;
+        for key in keys {
+            check_key(key, range.as_ref())?;
+        }
+        let missing: Vec<String> = keys.iter().filter(|k| !self.pending.contains_key(*k) && !self.cache.has(k)).cloned().collect();
+        if !missing.is_empty() {
+            let read = source.read(&missing).await.map_err(StateError::Unavailable)?;
+            for (key, value) in missing.into_iter().zip(read) {
+                self.cache.put(key, value);
+            }
+        }
+        Ok(keys.iter().map(|k| self.pending.get(k).cloned().unwrap_or_else(|| self.cache.get(k))).collect())
+    }
+
+    /// Sets (`Some`) or deletes (`None`) `key`'s value until the next checkpoint commits it.
+    pub(crate) fn change(&mut self, key: String, value: Option<Vec<u8>>) -> Result<(), StateError> {
+        let (_, range) = self.access.as_ref().map_err(|reason| StateError::Unavailable(reason.clone()))?;
+        check_key(&key, range.as_ref())?;
+        let size = value.as_ref().map_or(0, Vec::len);
+        if size > MAX_VALUE_BYTES {
+            return Err(StateError::TooLarge(format!("the value for `{key}` has {size} bytes; a value holds at most {MAX_VALUE_BYTES}")));
+        }
+        let replaced = self.pending.get(&key).map(|old| key.len() + old.as_ref().map_or(0, Vec::len));
+        let bytes = self.pending_bytes - replaced.unwrap_or(0) + key.len() + size;
+        if replaced.is_none() && self.pending.len() >= MAX_CHANGED_KEYS {
+            return Err(StateError::TooLarge(format!(
+                "{MAX_CHANGED_KEYS} keys were changed since the last checkpoint, the most one checkpoint commits: checkpoint before changing more"
+            )));
+        }
+        if bytes > MAX_CHANGED_BYTES {
+            return Err(StateError::TooLarge(format!(
+                "the changes since the last checkpoint would hold {bytes} bytes, more than one checkpoint commits ({MAX_CHANGED_BYTES}): checkpoint before changing more"
+            )));
+        }
+        self.pending_bytes = bytes;
+        self.pending.insert(key, value);
+        Ok(())
+    }
+
+    /// The changes the next checkpoint commits.
+    pub(crate) fn pending(&self) -> &StateChanges {
+        &self.pending
+    }
+
+    /// The pending changes were committed: they are what is read from now on.
+    pub(crate) fn committed(&mut self) {
+        for (key, value) in std::mem::take(&mut self.pending) {
+            self.cache.put(key, value);
+        }
+        self.pending_bytes = 0;
+    }
+
+    /// Drops the changes since the last checkpoint (the call that made them failed).
+    pub(crate) fn discard(&mut self) {
+        self.pending.clear();
+        self.pending_bytes = 0;
+    }
+}
+
+/// Refuses a key that is empty, too long, or does not belong to the shard.
+fn check_key(key: &str, range: Option<&HashRange>) -> Result<(), StateError> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(StateError::TooLarge(format!("a key has 1 to {MAX_KEY_BYTES} bytes; this one has {}", key.len())));
+    }
+    match range {
+        Some(range) if !range.contains(key, None) => Err(StateError::NotThisShard(format!(
+            "the key `{key}` hashes to {}, outside this shard's hash-key range {}..={}: \
+             a key's state lives with the shard its records go to (use the record's partition key)",
+            hash_key(key, None),
+            range.start,
+            range.end
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Committed values, the least recently used dropped past [`CACHE_BYTES`].
+/// A key known to have no value is cached too (as `None`).
+#[derive(Default)]
+struct Cache {
+    values: HashMap<String, (Option<Vec<u8>>, u64)>,
+    /// Use tick → key, oldest first.
+    order: BTreeMap<u64, String>,
+    tick: u64,
+    bytes: usize,
+}
+
+impl Cache {
+    fn has(&self, key: &str) -> bool {
+        self.values.contains_key(key)
+    }
+
+    fn get(&mut self, key: &str) -> Option<Vec<u8>> {
+        self.tick += 1;
+        let (value, used) = self.values.get_mut(key)?;
+        self.order.remove(used);
+        *used = self.tick;
+        self.order.insert(self.tick, key.to_owned());
+        value.clone()
+    }
+
+    fn put(&mut self, key: String, value: Option<Vec<u8>>) {
+        self.tick += 1;
+        self.bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+        self.order.insert(self.tick, key.clone());
+        if let Some((old, used)) = self.values.insert(key.clone(), (value, self.tick)) {
+            self.order.remove(&used);
+            self.bytes -= key.len() + old.as_ref().map_or(0, Vec::len);
+        }
+        while self.bytes > CACHE_BYTES {
+            let Some((_, oldest)) = self.order.pop_first() else { break };
+            if let Some((old, _)) = self.values.remove(&oldest) {
+                self.bytes -= oldest.len() + old.as_ref().map_or(0, Vec::len);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Committed values in a map, counting reads.
+    #[derive(Default)]
+    struct Map {
+        values: Mutex<BTreeMap<String, Vec<u8>>>,
+        reads: Mutex<usize>,
+    }
+
+    impl StateSource for Map {
+        fn read<'a>(&'a self, keys: &'a [String]) -> StateFuture<'a, Result<Vec<Option<Vec<u8>>>, String>> {
+            *self.reads.lock().unwrap() += 1;
+            let values = self.values.lock().unwrap();
+            let read = keys.iter().map(|k| values.get(k).cloned()).collect();
+            Box::pin(std::future::ready(Ok(read)))
+        }
+    }
+
+    fn keys(keys: &[&str]) -> Vec<String> {
+        keys.iter().map(|k| k.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn reads_see_own_changes_and_a_cached_key_costs_no_read() {
+        let source = Arc::new(Map::default());
+        source.values.lock().unwrap().insert("a".into(), b"1".to_vec());
+        let mut state = KeyedState::new(source.clone(), None);
+        assert_eq!(state.get_many(&keys(&["a", "b"])).await.unwrap(), vec![Some(b"1".to_vec()), None]);
+        state.change("b".into(), Some(b"2".to_vec())).unwrap();
+        state.change("a".into(), None).unwrap();
+        assert_eq!(state.get_many(&keys(&["a", "b"])).await.unwrap(), vec![None, Some(b"2".to_vec())]);
+        assert_eq!(*source.reads.lock().unwrap(), 1, "the second get was answered from memory");
+        assert_eq!(state.pending().len(), 2);
+        state.committed();
+        assert!(state.pending().is_empty());
+        assert_eq!(state.get_many(&keys(&["b"])).await.unwrap(), vec![Some(b"2".to_vec())]);
+        assert_eq!(*source.reads.lock().unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn discarded_changes_are_gone_and_the_committed_value_reads_again() {
+        let source = Arc::new(Map::default());
+        source.values.lock().unwrap().insert("a".into(), b"1".to_vec());
+        let mut state = KeyedState::new(source, None);
+        state.change("a".into(), Some(b"9".to_vec())).unwrap();
+        state.discard();
+        assert_eq!(state.get_many(&keys(&["a"])).await.unwrap(), vec![Some(b"1".to_vec())]);
+    }
+
+    #[tokio::test]
+    async fn a_key_outside_the_shard_is_refused_naming_the_range() {
+        let lower_half = HashRange { start: 0, end: u128::MAX / 2 };
+        let mut state = KeyedState::new(Arc::new(Map::default()), Some(lower_half));
+        let key_where = |lower: bool| (0..).map(|i| format!("user-{i}")).find(|k| (hash_key(k, None) <= u128::MAX / 2) == lower).unwrap();
+        let (inside, outside) = (key_where(true), key_where(false));
+        state.change(inside, Some(vec![1])).unwrap();
+        let refused = state.change(outside.clone(), Some(vec![1])).unwrap_err();
+        assert!(matches!(&refused, StateError::NotThisShard(m) if m.contains(&outside) && m.contains("..=")), "{refused:?}");
+        assert!(matches!(state.get_many(&[outside]).await, Err(StateError::NotThisShard(_))));
+    }
+
+    #[tokio::test]
+    async fn limits_name_what_is_too_large() {
+        let mut state = KeyedState::new(Arc::new(Map::default()), None);
+        assert!(matches!(state.change("big".into(), Some(vec![0; MAX_VALUE_BYTES + 1])), Err(StateError::TooLarge(m)) if m.contains("at most")));
+        assert!(matches!(state.change(String::new(), None), Err(StateError::TooLarge(_))));
+        for i in 0..MAX_CHANGED_KEYS {
+            state.change(format!("k{i}"), Some(vec![1])).unwrap();
+        }
+        state.change("k0".into(), Some(vec![2])).unwrap(); // a key already changed costs nothing more
+        assert!(matches!(state.change("one-more".into(), None), Err(StateError::TooLarge(m)) if m.contains("checkpoint before")));
+        let unavailable = KeyedState::unavailable("no state here").change("k".into(), None);
+        assert!(matches!(unavailable, Err(StateError::Unavailable(m)) if m == "no state here"));
+    }
+
+    #[test]
+    fn the_cache_drops_the_least_recently_used_past_its_budget() {
+        let mut cache = Cache::default();
+        let big = vec![0; CACHE_BYTES / 4];
+        cache.put("a".into(), Some(big.clone()));
+        cache.put("b".into(), Some(big.clone()));
+        cache.get("a");
+        cache.put("c".into(), Some(big.clone()));
+        cache.put("d".into(), Some(big));
+        assert!(cache.has("a") && !cache.has("b"), "b was used least recently");
+        assert!(cache.bytes <= CACHE_BYTES);
+    }
+}

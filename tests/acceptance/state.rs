@@ -1,0 +1,251 @@
+//! Exactly-once state: the `user-totals` example sums cents per user in
+//! its state, which kcl-host commits with each checkpoint. Judged from the
+//! state table: each user's total equals the sum of that user's produced
+//! records exactly, whatever happened to the workers meanwhile. Against
+//! moto (`servers.sh start --kcl3`): dynalite has no TransactWriteItems.
+
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use kcl_host::records::kpl::{hash_key, HashRange};
+use kcl_testkit::java_kcl3;
+use tokio::sync::watch;
+
+use super::*;
+
+const FLAGS: [&str; 2] = ["--failover-time", "2s"];
+
+/// `kcl-host run user-totals` against moto.
+fn worker(stream: &str, application: &str, id: &str, extra: &[&str]) -> KclHost {
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let mut flags = FLAGS.to_vec();
+    flags.extend_from_slice(extra);
+    start_with_env("user-totals", stream, application, id, &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)])
+}
+
+/// What was produced: cents per user.
+type Sums = Arc<Mutex<BTreeMap<String, i64>>>;
+
+/// Puts purchases by partition key (the user), `per_tick` every 100 ms over
+/// `users` users, until stopped.
+struct Purchases {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    sums: Sums,
+}
+
+impl Purchases {
+    fn start(stream: &TestStream, users: usize, per_tick: usize) -> Self {
+        let stream = TestStream { name: stream.name.clone(), kinesis: stream.kinesis.clone() };
+        let (stop, mut stopped) = watch::channel(false);
+        let sums = Sums::default();
+        let log = sums.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => return,
+                    _ = tick.tick() => {}
+                }
+                let batch: Vec<(String, String)> = (0..per_tick)
+                    .map(|_| (format!("user-{:03}", fastrand::usize(..users)), format!(r#"{{"cents": {}}}"#, fastrand::i64(1..1000))))
+                    .collect();
+                put_purchases(&stream, &batch, &log).await;
+            }
+        });
+        Purchases { stop, task, sums }
+    }
+
+    async fn stop(self) -> BTreeMap<String, i64> {
+        self.stop.send_replace(true);
+        self.task.await.expect("the producer does not panic");
+        Arc::try_unwrap(self.sums).expect("the task is done").into_inner().unwrap()
+    }
+}
+
+/// Puts `(user, data)` purchases by the user's key, adding them to `sums`.
+async fn put_purchases(stream: &TestStream, purchases: &[(String, String)], sums: &Sums) {
+    let records: Vec<(&[u8], &str)> = purchases.iter().map(|(user, data)| (data.as_bytes(), user.as_str())).collect();
+    stream.put_by_key(&records).await;
+    let mut sums = sums.lock().unwrap();
+    for (user, data) in purchases {
+        let cents: i64 = data.trim_start_matches(r#"{"cents": "#).trim_end_matches('}').parse().unwrap();
+        *sums.entry(user.clone()).or_default() += cents;
+    }
+}
+
+/// One state item: the user's total and the shard that wrote it.
+#[derive(Debug)]
+struct Item {
+    total: i64,
+    shard: String,
+}
+
+/// Every item of the state table (none before it is made). Moto takes
+/// seconds over thousands of items: longer than the clients' read time-out.
+async fn scan_state(aws: &AwsClients, application: &str) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+    use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+    let table = format!("{application}-KclHostState");
+    let patient = aws_sdk_dynamodb::config::Builder::default().timeout_config(TimeoutConfig::builder().read_timeout(Duration::from_secs(60)).operation_timeout(Duration::from_secs(60)).operation_attempt_timeout(Duration::from_secs(60)).build());
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let scan = aws.dynamodb.scan().table_name(&table).consistent_read(true).limit(250).set_exclusive_start_key(start).customize().config_override(patient.clone()).send().await;
+        let page = match scan {
+            Ok(page) => page,
+            Err(e) if e.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => return items,
+            Err(e) => panic!("Scan of {table}: {e:?}"),
+        };
+        items.extend(page.items().iter().cloned());
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            return items;
+        }
+    }
+}
+
+/// The state table's items of `stream`, by key.
+async fn state_items(aws: &AwsClients, application: &str, stream: &str) -> BTreeMap<String, Item> {
+    let text = |item: &std::collections::HashMap<String, AttributeValue>, name: &str| match item.get(name) {
+        Some(AttributeValue::S(s)) => s.clone(),
+        other => panic!("state item attribute {name} is {other:?}"),
+    };
+    scan_state(aws, application)
+        .await
+        .iter()
+        .filter(|item| text(item, "stream") == stream)
+        .map(|item| {
+            let Some(AttributeValue::B(value)) = item.get("value") else { panic!("a state item without a binary value: {item:?}") };
+            let total = std::str::from_utf8(value.as_ref()).unwrap().parse().expect("a decimal total");
+            (text(item, "key"), Item { total, shard: text(item, "shard") })
+        })
+        .collect()
+}
+
+/// Reads the state table until each user's total is `expected`, and says
+/// how it differs when it never is.
+async fn totals_become(aws: &AwsClients, application: &str, stream: &str, expected: &BTreeMap<String, i64>) -> BTreeMap<String, Item> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let items = state_items(aws, application, stream).await;
+        let totals: BTreeMap<String, i64> = items.iter().map(|(k, item)| (k.clone(), item.total)).collect();
+        if totals == *expected {
+            return items;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let wrong: Vec<String> = expected
+                .iter()
+                .filter(|(user, sum)| totals.get(*user) != Some(sum))
+                .map(|(user, sum)| format!("{user}: {:?} in state, {sum} produced", totals.get(user)))
+                .collect();
+            panic!("{} of {} totals are not the produced sums, among them: {:?}", wrong.len(), expected.len(), &wrong[..wrong.len().min(10)]);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Asserts that each item was written by a shard whose hash-key range holds the key.
+async fn owned_by_their_shards(stream: &TestStream, items: &BTreeMap<String, Item>) {
+    let ranges: BTreeMap<String, HashRange> = stream
+        .shards()
+        .await
+        .into_iter()
+        .map(|s| (s.id, HashRange::parse(&s.starting_hash_key, &s.ending_hash_key).unwrap()))
+        .collect();
+    for (key, item) in items {
+        let range = ranges.get(&item.shard).unwrap_or_else(|| panic!("{key} is owned by {}, not a shard of the stream", item.shard));
+        assert!(range.contains(key, None), "{key} (hash {}) is owned by {}, whose range is {range:?}", hash_key(key, None), item.shard);
+    }
+}
+
+/// Appends a custom section to a component: the same processor under
+/// another hash, a new version to swap to.
+fn another_version(name: &str) -> Vec<u8> {
+    let mut bytes = std::fs::read(guest(name)).unwrap();
+    let (section, payload) = ("kcl-host-test", b"v2");
+    let size = 1 + section.len() + payload.len();
+    bytes.extend([0, size as u8, section.len() as u8]);
+    bytes.extend(section.as_bytes());
+    bytes.extend(payload);
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn user_totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merge() {
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("state"), 8).await;
+    let application = unique("state-app");
+    let admin = admin_address();
+    let mut first = worker(&stream.name, &application, "worker-1", &[]);
+    let mut second = worker(&stream.name, &application, "worker-2", &["--admin-listen", &admin]);
+    let purchases = Purchases::start(&stream, 40, 16);
+    first.wait_for("leases", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    second.wait_for("leases", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+
+    // kill -9 the first; a third takes its leases after the failover time.
+    first.kill().await;
+    let mut third = worker(&stream.name, &application, "worker-3", &[]);
+    third.wait_for("leases", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+
+    // A split and a merge while the purchases go on.
+    let open: Vec<_> = stream.shards().await.into_iter().filter(|s| !s.closed).collect();
+    let children = stream.split(&open[0].id).await;
+    assert_eq!(children.len(), 2);
+    let mut by_range: Vec<_> = open[1..].iter().map(|s| (s.starting_hash_key.parse::<u128>().unwrap(), s)).collect();
+    by_range.sort_by_key(|(start, _)| *start);
+    let (a, b) = by_range
+        .windows(2)
+        .map(|w| (w[0].1, w[1].1))
+        .find(|(a, b)| a.ending_hash_key.parse::<u128>().unwrap() + 1 == b.starting_hash_key.parse::<u128>().unwrap())
+        .expect("two adjacent open shards");
+    stream.merge(&a.id, &b.id).await;
+
+    // A swap on the second worker to another version of the same processor.
+    let (status, body) = http(&admin, "POST", "/swap", "application/wasm", &another_version("user-totals")).await;
+    assert!(status.contains("200"), "{status}: {body}");
+
+    // SIGTERM the second (a handoff: it checkpoints and lets go), and kill -9 the third.
+    let (exit, _) = second.interrupt().await;
+    assert!(exit.success(), "the second worker stops cleanly on SIGTERM");
+    let fourth = worker(&stream.name, &application, "worker-4", &[]);
+    third.kill().await;
+    let fifth = worker(&stream.name, &application, "worker-5", &[]);
+
+    let expected = purchases.stop().await;
+    assert!(expected.values().sum::<i64>() > 0);
+    let items = totals_become(&aws, &application, &stream.name, &expected).await;
+    owned_by_their_shards(&stream, &items).await;
+
+    // Stopped, the workers commit nothing more: still exact.
+    for worker in [fourth, fifth] {
+        let (exit, _) = worker.interrupt().await;
+        assert!(exit.success());
+    }
+    let totals: BTreeMap<String, i64> = state_items(&aws, &application, &stream.name).await.into_iter().map(|(k, i)| (k, i.total)).collect();
+    assert_eq!(totals, expected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_of_more_keys_than_one_commit_holds_killed_between_its_parts_stays_exact() {
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("state-parts"), 1).await;
+    let application = unique("state-parts-app");
+    // 600 users in one burst: one batch, committed in 7 parts of up to 99 keys.
+    let sums = Sums::default();
+    let burst: Vec<(String, String)> = (0..600).map(|i| (format!("user-{i:04}"), format!(r#"{{"cents": {}}}"#, i + 1))).collect();
+    for chunk in burst.chunks(500) {
+        put_purchases(&stream, chunk, &sums).await;
+    }
+    let mut first = worker(&stream.name, &application, "worker-1", &[]);
+    first.wait_for("a part committed", LIMIT, |log| count_lines(log, "committed 99 keys part-way") >= 1).await;
+    first.kill().await;
+    let committed = scan_state(&aws, &application).await.len();
+    assert!((99..600).contains(&committed), "the first worker was killed between the batch's parts ({committed} keys committed)");
+    let second = worker(&stream.name, &application, "worker-2", &[]);
+    let expected = Arc::try_unwrap(sums).unwrap().into_inner().unwrap();
+    let items = totals_become(&aws, &application, &stream.name, &expected).await;
+    owned_by_their_shards(&stream, &items).await;
+    let (exit, log) = second.interrupt().await;
+    assert!(exit.success());
+    assert!(count_lines(&log, "committed 99 keys part-way") >= 1, "the second worker committed in parts too");
+}
