@@ -22,7 +22,7 @@ fi
 guests=(noop counter json-aggregate enrich user-totals)
 packages=()
 for g in "${guests[@]}"; do packages+=(-p "kcl-example-$g"); done
-packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged -p kcl-test-guest-forward)
+packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged -p kcl-test-guest-forward -p kcl-test-guest-keyed)
 cargo build --quiet --target wasm32-wasip2 --profile guest "${packages[@]}"
 
 target=${CARGO_TARGET_DIR:-$root/target}
@@ -33,6 +33,7 @@ done
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_faulty.wasm" examples/build/faulty.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_tagged.wasm" examples/build/tagged.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_forward.wasm" examples/build/forward.wasm
+cp "$target/wasm32-wasip2/guest/kcl_test_guest_keyed.wasm" examples/build/keyed.wasm
 # Apart, and after the copies: built with the others, cargo would unify
 # features and give it the JSON example's 0.2 export too; and building it
 # rebuilds that example without its export (so it is copied first).

@@ -7,12 +7,6 @@ import (
 	"kclhost.dev/kcl/internal/wit/imports/kcl_processor_state"
 )
 
-// MaxChangedKeys is how many keys may change between two checkpoints (one
-// DynamoDB transaction holds 100 writes; one is the checkpoint). A
-// processor that may touch more in one batch checkpoints part-way
-// (CheckpointAtIndex).
-const MaxChangedKeys = 99
-
 // StateError says why a state call did nothing.
 type StateError struct {
 	// NotThisShard is set when the key's MD5 hash is outside the shard's

@@ -71,7 +71,7 @@ async fn a_component_without_the_export_lists_what_it_has() {
     )
     .unwrap();
     let msg = message(load_bytes(&component).await);
-    assert!(msg.contains("does not export `kcl:processor/record-processor@0.3.0` (nor the older"), "{msg}");
+    assert!(msg.contains("does not export `kcl:processor/record-processor@0.4.0` (nor the older") && msg.contains("record-processor@0.1.0`;"), "{msg}");
     assert!(msg.contains("`run`") && msg.contains("SDK"), "{msg}");
 }
 

@@ -1,13 +1,15 @@
 //! Exactly-once state: the `user-totals` example sums cents per user in
 //! its state, which kcl-host commits with each checkpoint. Judged from the
 //! state table: each user's total equals the sum of that user's produced
-//! records exactly, whatever happened to the workers meanwhile. Against
+//! records exactly, whatever happened to the workers meanwhile (kills,
+//! handoffs, a swap, a reshard, a commit cut between its parts). Against
 //! moto (`servers.sh start --kcl3`): dynalite has no TransactWriteItems.
 
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use kcl_host::records::kpl::{hash_key, HashRange};
+use kcl_testkit::faults::{Fault, FaultProxy, Rule};
 use kcl_testkit::java_kcl3;
 use tokio::sync::watch;
 
@@ -113,7 +115,7 @@ async fn state_items(aws: &AwsClients, application: &str, stream: &str) -> BTree
     scan_state(aws, application)
         .await
         .iter()
-        .filter(|item| text(item, "stream") == stream)
+        .filter(|item| !item.contains_key("log") && text(item, "stream") == stream)
         .map(|item| {
             let Some(AttributeValue::B(value)) = item.get("value") else { panic!("a state item without a binary value: {item:?}") };
             let total = std::str::from_utf8(value.as_ref()).unwrap().parse().expect("a decimal total");
@@ -204,6 +206,13 @@ async fn user_totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merg
     let (status, body) = http(&admin, "POST", "/swap", "application/wasm", &another_version("user-totals")).await;
     assert!(status.contains("200"), "{status}: {body}");
 
+    // Its metrics count the state it read and committed.
+    let (_, metrics) = http_get(&admin, "/metrics").await;
+    for series in ["kcl_host_state_reads_total", "kcl_host_state_cache_hits_total", "kcl_host_state_writes_total", "kcl_host_state_commit_seconds_count"] {
+        let total: f64 = metrics.lines().filter(|l| l.starts_with(series)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum();
+        assert!(total > 0.0, "{series} is 0 or missing:\n{metrics}");
+    }
+
     // SIGTERM the second (a handoff: it checkpoints and lets go), and kill -9 the third.
     let (exit, _) = second.interrupt().await;
     assert!(exit.success(), "the second worker stops cleanly on SIGTERM");
@@ -225,27 +234,60 @@ async fn user_totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merg
     assert_eq!(totals, expected);
 }
 
+/// Lease rows naming a committed state log not yet applied.
+async fn pending_logs(aws: &AwsClients, application: &str) -> usize {
+    let scan = aws.dynamodb.scan().table_name(application).consistent_read(true).send().await.expect("Scan of the lease table");
+    scan.items().iter().filter(|row| row.contains_key("statePending")).count()
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_batch_of_more_keys_than_one_commit_holds_killed_between_its_parts_stays_exact() {
+async fn a_commit_of_more_keys_than_one_transaction_holds_killed_before_it_was_applied_stays_exact() {
     let aws = java_kcl3::clients().await;
-    let stream = TestStream::create(&aws.kinesis, &unique("state-parts"), 1).await;
-    let application = unique("state-parts-app");
-    // 600 users in one burst: one batch, committed in 7 parts of up to 99 keys.
+    let stream = TestStream::create(&aws.kinesis, &unique("state-log"), 1).await;
+    let application = unique("state-log-app");
+    let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
+    let cache = test_cache_dir().display().to_string();
+    let args = [
+        "run", &guest("user-totals"), "--stream", &stream.name, "--application", &application, "--worker-id", "worker-1",
+        "--idle-time-between-reads", "200ms", "--cache-dir", &cache, "--failover-time", "2s",
+    ];
+    let mut first = KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, &[("AWS_ENDPOINT_URL_DYNAMODB", &proxy.endpoint)]);
+    first.wait_for("the lease", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    // The first worker writes its log and commits, and cannot apply it.
+    proxy.set(vec![Rule::every(Some("TransactWriteItems"), Fault::Fail(500, "InternalFailure"))]);
+    // 450 users in one PutRecords, so in one batch: 5 transactions' worth.
     let sums = Sums::default();
-    let burst: Vec<(String, String)> = (0..600).map(|i| (format!("user-{i:04}"), format!(r#"{{"cents": {}}}"#, i + 1))).collect();
-    for chunk in burst.chunks(500) {
-        put_purchases(&stream, chunk, &sums).await;
+    let burst: Vec<(String, String)> = (0..450).map(|i| (format!("user-{i:04}"), format!(r#"{{"cents": {}}}"#, i + 1))).collect();
+    put_purchases(&stream, &burst, &sums).await;
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    // Committed (the lease row names the log) and applying (refused) at once.
+    while pending_logs(&aws, &application).await == 0 || proxy.counts().faulted == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the commit never named its log in the lease row, or never tried to apply it");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut first = worker(&stream.name, &application, "worker-1", &[]);
-    first.wait_for("a part committed", LIMIT, |log| count_lines(log, "committed 99 keys part-way") >= 1).await;
+    assert!(state_items(&aws, &application, &stream.name).await.is_empty(), "nothing applied yet");
     first.kill().await;
-    let committed = scan_state(&aws, &application).await.len();
-    assert!((99..600).contains(&committed), "the first worker was killed between the batch's parts ({committed} keys committed)");
-    let second = worker(&stream.name, &application, "worker-2", &[]);
+
+    // The next owner applies the log before anything reads the state.
+    let mut second = worker(&stream.name, &application, "worker-2", &[]);
+    second.wait_for("the log applied", LIMIT, |log| count_lines(log, "applying the state its last owner committed and did not apply") >= 1).await;
     let expected = Arc::try_unwrap(sums).unwrap().into_inner().unwrap();
     let items = totals_become(&aws, &application, &stream.name, &expected).await;
     owned_by_their_shards(&stream, &items).await;
+    assert_eq!(pending_logs(&aws, &application).await, 0);
+    assert!(scan_state(&aws, &application).await.iter().all(|item| !item.contains_key("log")), "the applied log is deleted");
     let (exit, log) = second.interrupt().await;
     assert!(exit.success());
-    assert!(count_lines(&log, "committed 99 keys part-way") >= 1, "the second worker committed in parts too");
+    assert_eq!(count_lines(&log, "kcl_host::guest: committed "), 0, "the batch was not processed again: {log:?}");
+
+    // What an operator reads: one key, and every key with the shard that wrote it.
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let env = [("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str())];
+    let (code, text) = run_to_exit(&["state", "--application", &application, "get", "--stream", &stream.name, "--key", "user-0041"], &env).await;
+    assert_eq!((code, text.trim()), (0, "42"), "{text}");
+    let (code, text) = run_to_exit(&["state", "--application", &application, "dump", "--stream", &stream.name], &env).await;
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains(" = ") && l.contains("shardId-")).count(), 450, "{text}");
+    let (code, text) = run_to_exit(&["state", "--application", &application, "get", "--stream", &stream.name, "--key", "nobody"], &env).await;
+    assert!(code != 0 && text.contains("`nobody` has no value"), "{text}");
 }

@@ -17,10 +17,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Changes are kept in the instance until the next checkpoint; at most
-//! 99 keys and about 3.5 MB may change between two checkpoints (one
-//! DynamoDB transaction), a value holds up to 390,000 bytes, a key up to
-//! 1,024. A call that fails (retryable, fatal, a panic) drops the changes
+//! Changes are kept in the instance until the next checkpoint (up to
+//! 64 MiB of them); a value holds up to 390,000 bytes, a key up to 1,024.
+//! Any number of keys may change between two checkpoints: more than one
+//! DynamoDB transaction holds are committed through a log, still at once. A call that fails (retryable, fatal, a panic) drops the changes
 //! it made since the last checkpoint, as the batch comes again. A
 //! [`StateError`] passed on with `?` fails the call as fatal: a fresh
 //! instance starts from the last checkpoint.
@@ -28,11 +28,6 @@
 use std::fmt;
 
 use crate::bindings::kcl::processor::state as wit;
-
-/// Most keys that may change between two checkpoints (one DynamoDB
-/// transaction holds 100 writes; one is the checkpoint). A processor that
-/// may touch more in one batch checkpoints part-way (`checkpoint_at_index`).
-pub const MAX_CHANGED_KEYS: usize = 99;
 
 /// Why a state call did nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -73,6 +73,13 @@ pub enum Command {
         canary shard, then the rest). Nothing is written for an application that does not\n\
         exist or a file that is not a working component.")]
     Deploy(DeployArgs),
+    /// Read an application's processor state: what its last checkpoints committed.
+    #[command(after_help = "Examples:\n  \
+        kcl-host state --application orders-totals dump\n  \
+        kcl-host state --application orders-totals get --stream orders --key user-42\n\n\
+        Values print as text, or as base64:... when they are not UTF-8. Reads the state table\n\
+        <application>-KclHostState and creates nothing.")]
+    State(StateArgs),
     /// Make a processor project that builds and replays as created.
     #[command(after_help = "Examples:\n  \
         kcl-host init orders-totals --lang rust\n  \
@@ -136,6 +143,43 @@ pub struct StatusArgs {
     /// Where and as whom to call AWS.
     #[command(flatten)]
     pub aws: AccountArgs,
+}
+
+/// `kcl-host state`.
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// What to read.
+    #[command(subcommand)]
+    pub action: StateAction,
+    /// Application name (the state table is <application>-KclHostState).
+    #[arg(long, env = "KCL_HOST_APPLICATION")]
+    pub application: String,
+    /// Where and as whom to call AWS.
+    #[command(flatten)]
+    pub aws: AccountArgs,
+}
+
+/// `kcl-host state get` or `dump`.
+#[derive(Debug, Subcommand)]
+pub enum StateAction {
+    /// One key's value.
+    Get {
+        /// The stream whose state it is.
+        #[arg(long, env = "KCL_HOST_STREAM")]
+        stream: String,
+        /// The key.
+        #[arg(long)]
+        key: String,
+    },
+    /// Every key (of one stream, with --stream), with the shard and checkpoint that wrote it.
+    Dump {
+        /// Only this stream's keys.
+        #[arg(long, env = "KCL_HOST_STREAM")]
+        stream: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Which AWS account and region the table commands read; endpoints come

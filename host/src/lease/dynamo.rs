@@ -17,13 +17,14 @@ use super::row::{self, kcl3_worker, number, parse, to_item};
 use super::table::KeyedTable;
 use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 use crate::aws::AwsError;
-use super::state_commit::StateCommit;
+use super::state_commit::{patient, StateCommit};
+use super::state_log;
 
 /// A lease table in DynamoDB.
 #[derive(Clone, Debug)]
 pub struct DynamoStore {
-    client: Client,
-    table: KeyedTable,
+    pub(super) client: Client,
+    pub(super) table: KeyedTable,
     /// How long one renewal may take, in place of the client's per-attempt
     /// time-out (see [`Self::with_renewal_timeout`]).
     renewal_timeout: Option<Duration>,
@@ -49,7 +50,7 @@ impl DynamoStore {
         Self { renewal_timeout: Some(timeout), ..self }
     }
 
-    fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
+    pub(super) fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug,
@@ -59,7 +60,7 @@ impl DynamoStore {
 
     /// An `UpdateItem` on `lease`'s row that bumps the counter, conditional on
     /// the counter as read (and the owner, when `owner_must_match`).
-    fn conditional_update(&self, lease: &Lease, owner_must_match: bool) -> UpdateItemFluentBuilder {
+    pub(super) fn conditional_update(&self, lease: &Lease, owner_must_match: bool) -> UpdateItemFluentBuilder {
         let (condition, values) = fence(lease, owner_must_match);
         let update = self
             .client
@@ -74,7 +75,7 @@ impl DynamoStore {
     /// failed. `is_ours` recognises the row our own write leaves: when the
     /// SDK retried a write whose first attempt was applied (its answer lost),
     /// the retry fails the condition, and the row shows it was us.
-    async fn send_update(
+    pub(super) async fn send_update(
         &self,
         operation: &'static str,
         lease: &Lease,
@@ -122,7 +123,7 @@ impl DynamoStore {
     }
 
     /// One row, read consistently; `None` if it is missing or unreadable.
-    async fn get(&self, key: &str) -> Result<Option<Lease>, LeaseError> {
+    pub(super) async fn get(&self, key: &str) -> Result<Option<Lease>, LeaseError> {
         let output = self
             .client
             .get_item()
@@ -156,7 +157,7 @@ fn fence(lease: &Lease, owner_must_match: bool) -> (String, Vec<(&'static str, A
 
 /// A checkpoint's `SET` clause (bumping the counter to `:next`) and its
 /// values; with `children`, the shard's children too.
-fn checkpoint_update(checkpoint: &Checkpoint, children: &BTreeSet<String>) -> (String, Vec<(&'static str, AttributeValue)>) {
+pub(super) fn checkpoint_update(checkpoint: &Checkpoint, children: &BTreeSet<String>) -> (String, Vec<(&'static str, AttributeValue)>) {
     let mut expression = "SET leaseCounter = :next, checkpoint = :checkpoint, \
          checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero"
         .to_owned();
@@ -288,6 +289,9 @@ impl LeaseStore for DynamoStore {
     }
 
     async fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
+        if !state_log::fits_one_transaction(state.changes) {
+            return self.commit_by_log(lease, checkpoint, state).await;
+        }
         // The checkpoint's own update, as the transaction's first item.
         let (expression, mut values) = checkpoint_update(checkpoint, &BTreeSet::new());
         let (condition, fence) = fence(lease, true);
@@ -303,7 +307,7 @@ impl LeaseStore for DynamoStore {
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
         items.extend(state.writes(checkpoint.as_column()));
         let token = state.token(lease.key.as_str(), lease.counter, checkpoint.as_column());
-        let sent = self.client.transact_write_items().set_transact_items(Some(items)).client_request_token(token).send().await;
+        let sent = self.client.transact_write_items().set_transact_items(Some(items)).client_request_token(token).customize().config_override(patient()).send().await;
         match sent {
             // A transaction returns no row; the row is the one it wrote.
             Ok(_) => Ok(Some(Lease { counter: lease.counter + 1, checkpoint: checkpoint.clone(), owner_switches_since_checkpoint: 0, ..lease.clone() })),
@@ -322,6 +326,10 @@ impl LeaseStore for DynamoStore {
                 Ok(row.filter(|row| row.counter == lease.counter + 1 && row.owner == lease.owner && row.checkpoint == *checkpoint))
             }
         }
+    }
+
+    async fn recover_state(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        self.apply_pending_log(lease).await
     }
 
     async fn evict(&self, lease: &Lease) -> Result<bool, LeaseError> {

@@ -290,6 +290,20 @@ impl<S: LeaseStore> HeldLease<S> {
         }
     }
 
+    /// Applies a state commit an earlier owner made and did not apply (see
+    /// `lease::state_log`), before the shard's state is read.
+    pub async fn recover_state(&self) -> Result<(), CheckpointFailure> {
+        let lease = self.lease.lock().await;
+        match self.store.recover_state(&lease).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.mark_lost();
+                Err(CheckpointFailure::LeaseLost)
+            }
+            Err(e) => Err(CheckpointFailure::Unavailable(e.to_string())),
+        }
+    }
+
     /// Keeps the row a successful write left, and extends validity from when
     /// that write was sent.
     fn written(&self, lease: &mut Lease, updated: Lease, sent: Instant) {

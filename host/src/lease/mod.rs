@@ -25,6 +25,7 @@ mod simulation;
 #[cfg(test)]
 mod scale;
 pub mod state_commit;
+mod state_log;
 pub mod table;
 pub mod watch;
 
@@ -251,6 +252,15 @@ pub trait LeaseStore: Send + Sync + 'static {
     fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send {
         let _ = (lease, checkpoint, state);
         async { Err(LeaseError::NoTransactions) }
+    }
+
+    /// Finishes a state commit an earlier owner of `lease` (held now by its
+    /// owner) made but did not finish applying, before anything reads the
+    /// shard's state; `false` if the lease was lost meanwhile. Stores
+    /// without transactions never have one.
+    fn recover_state(&self, lease: &Lease) -> impl Future<Output = Result<bool, LeaseError>> + Send {
+        let _ = lease;
+        async { Ok(true) }
     }
 
     /// Clears the owner of a lease its owner holds, so others can take it at once.

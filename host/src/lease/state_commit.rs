@@ -8,6 +8,15 @@ use md5::{Digest, Md5};
 
 use crate::runtime::StateChanges;
 
+/// Time-outs for state reads and commits: a transaction of 100 items or a
+/// read of 100 keys takes longer than the DynamoDB client's 1 s to its
+/// first byte (kept short for renewals), and nothing about them is urgent.
+pub fn patient() -> aws_sdk_dynamodb::config::Builder {
+    use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+    let timeouts = TimeoutConfig::builder().read_timeout(std::time::Duration::from_secs(10)).operation_attempt_timeout(std::time::Duration::from_secs(15)).build();
+    aws_sdk_dynamodb::config::Builder::default().timeout_config(timeouts)
+}
+
 /// A state item's hash key: the stream and the processor's key.
 pub fn item_key(stream: &str, key: &str) -> AttributeValue {
     AttributeValue::S(format!("{stream}/{key}"))

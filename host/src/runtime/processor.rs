@@ -60,9 +60,9 @@ pub enum LoadError {
     MemoryLimitTooSmall { path: PathBuf, needed_mib: usize, limit_mib: usize },
 
     #[error(
-        "`{path}` does not export `{}` (nor the older `{}` or `{}`; its exports: {exports}); \
-         implement a processor with the kcl-guest SDK (Rust) or the Go SDK",
-        RECORD_PROCESSOR_EXPORTS[0].1, RECORD_PROCESSOR_EXPORTS[1].1, RECORD_PROCESSOR_EXPORTS[2].1
+        "`{path}` does not export `{}` (nor the older `{}`, `{}` or `{}`; its exports: {exports}); \
+         implement a processor with an SDK: Rust (kcl-guest), Go, Python or JavaScript",
+        RECORD_PROCESSOR_EXPORTS[0].1, RECORD_PROCESSOR_EXPORTS[1].1, RECORD_PROCESSOR_EXPORTS[2].1, RECORD_PROCESSOR_EXPORTS[3].1
     )]
     /// It exports no `record-processor`.
     #[allow(missing_docs)] // fields named in the message

@@ -19,12 +19,11 @@ pub const MAX_KEY_BYTES: usize = 1024;
 /// Largest value, in bytes: a DynamoDB item holds 400 KB with its key and
 /// bookkeeping.
 pub const MAX_VALUE_BYTES: usize = 390_000;
-/// Most keys changed between two checkpoints: one DynamoDB transaction
-/// writes 100 items, and one of them is the checkpoint.
-pub const MAX_CHANGED_KEYS: usize = 99;
-/// Most bytes of keys and values changed between two checkpoints: a
-/// transaction carries 4 MB.
-pub const MAX_CHANGED_BYTES: usize = 3_500_000;
+/// Most bytes of keys and values changed between two checkpoints: what an
+/// instance may keep in the host's memory until its next checkpoint.
+/// (Changes beyond one DynamoDB transaction are committed through a log:
+/// `lease::state_log`.)
+pub const MAX_CHANGED_BYTES: usize = 64 << 20;
 /// Most bytes of committed values an instance keeps cached.
 const CACHE_BYTES: usize = 16 << 20;
 
@@ -36,6 +35,12 @@ pub trait StateSource: Send + Sync {
     /// The committed values of `keys`, in order (strongly consistent
     /// reads); a message saying what failed otherwise.
     fn read<'a>(&'a self, keys: &'a [String]) -> StateFuture<'a, Result<Vec<Option<Vec<u8>>>, String>>;
+
+    /// `keys` keys were answered from the instance's memory (its cache or
+    /// its own changes), with no read: for the metrics.
+    fn served_from_memory(&self, keys: usize) {
+        let _ = keys;
+    }
 }
 
 /// The changes since the last checkpoint: key → its new value, or `None`
@@ -75,6 +80,7 @@ impl KeyedState {
             check_key(key, range.as_ref())?;
         }
         let missing: Vec<String> = keys.iter().filter(|k| !self.pending.contains_key(*k) && !self.cache.has(k)).cloned().collect();
+        source.served_from_memory(keys.len() - missing.len());
         if !missing.is_empty() {
             let read = source.read(&missing).await.map_err(StateError::Unavailable)?;
             for (key, value) in missing.into_iter().zip(read) {
@@ -94,11 +100,6 @@ impl KeyedState {
         }
         let replaced = self.pending.get(&key).map(|old| key.len() + old.as_ref().map_or(0, Vec::len));
         let bytes = self.pending_bytes - replaced.unwrap_or(0) + key.len() + size;
-        if replaced.is_none() && self.pending.len() >= MAX_CHANGED_KEYS {
-            return Err(StateError::TooLarge(format!(
-                "{MAX_CHANGED_KEYS} keys were changed since the last checkpoint, the most one checkpoint commits: checkpoint before changing more"
-            )));
-        }
         if bytes > MAX_CHANGED_BYTES {
             return Err(StateError::TooLarge(format!(
                 "the changes since the last checkpoint would hold {bytes} bytes, more than one checkpoint commits ({MAX_CHANGED_BYTES}): checkpoint before changing more"
@@ -257,11 +258,13 @@ mod tests {
         let mut state = KeyedState::new(Arc::new(Map::default()), None);
         assert!(matches!(state.change("big".into(), Some(vec![0; MAX_VALUE_BYTES + 1])), Err(StateError::TooLarge(m)) if m.contains("at most")));
         assert!(matches!(state.change(String::new(), None), Err(StateError::TooLarge(_))));
-        for i in 0..MAX_CHANGED_KEYS {
-            state.change(format!("k{i}"), Some(vec![1])).unwrap();
+        let value = vec![0; MAX_VALUE_BYTES];
+        let fits = MAX_CHANGED_BYTES / (MAX_VALUE_BYTES + 2);
+        for i in 0..fits {
+            state.change(format!("k{i}"), Some(value.clone())).unwrap();
         }
-        state.change("k0".into(), Some(vec![2])).unwrap(); // a key already changed costs nothing more
-        assert!(matches!(state.change("one-more".into(), None), Err(StateError::TooLarge(m)) if m.contains("checkpoint before")));
+        state.change("k0".into(), Some(value.clone())).unwrap(); // a key changed again costs nothing more
+        assert!(matches!(state.change("one-more".into(), Some(value)), Err(StateError::TooLarge(m)) if m.contains("checkpoint before")));
         let unavailable = KeyedState::unavailable("no state here").change("k".into(), None);
         assert!(matches!(unavailable, Err(StateError::Unavailable(m)) if m == "no state here"));
     }

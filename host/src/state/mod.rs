@@ -24,7 +24,8 @@
 //! runtime refuses others), so one instance at a time writes a key: a
 //! shard's children start only after it reached `SHARD_END`.
 
+pub mod command;
 mod table;
 
 pub use crate::lease::state_commit::StateCommit;
-pub use table::{state_table_name, ShardStateSource, StateTable};
+pub use table::{state_table_name, ShardStateSource, StateItem, StateTable};

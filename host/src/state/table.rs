@@ -8,9 +8,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use aws_sdk_dynamodb::Client;
 use tokio::sync::OnceCell;
 
-use crate::lease::state_commit::item_key;
+use crate::lease::state_commit::{item_key, patient};
 use crate::lease::table::KeyedTable;
 use crate::lease::LeaseError;
+use crate::metrics::ShardMetrics;
 use crate::runtime::{StateFuture, StateSource};
 
 /// Most keys one `BatchGetItem` reads.
@@ -46,9 +47,21 @@ impl StateTable {
         self.ready.get_or_try_init(|| self.table.ensure()).await.map(|_| ())
     }
 
-    /// The committed values of `stream`'s `keys`, in order.
+    /// Refuses a table that is missing or not a state table, creating
+    /// nothing: what an operator's read checks first.
+    pub async fn check(&self) -> Result<(), LeaseError> {
+        self.table.check().await
+    }
+
+    /// The committed values of `stream`'s `keys`, in order; the table is
+    /// made first if it is missing.
     pub async fn read(&self, stream: &str, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, LeaseError> {
         self.ensure().await?;
+        self.read_existing(stream, keys).await
+    }
+
+    /// [`Self::read`] on a table known to exist.
+    pub async fn read_existing(&self, stream: &str, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, LeaseError> {
         let mut found: HashMap<String, Vec<u8>> = HashMap::new();
         for chunk in keys.chunks(BATCH_GET_KEYS) {
             let mut wanted: Vec<_> = chunk.iter().map(|key| HashMap::from([("stateKey".to_owned(), item_key(stream, key))])).collect();
@@ -60,6 +73,8 @@ impl StateTable {
                     .client
                     .batch_get_item()
                     .request_items(&self.table.name, request)
+                    .customize()
+                    .config_override(patient())
                     .send()
                     .await
                     .map_err(|e| self.table.error("BatchGetItem", e))?;
@@ -75,16 +90,62 @@ impl StateTable {
     }
 }
 
+/// One item of the state table.
+#[derive(Debug, serde::Serialize)]
+pub struct StateItem {
+    /// The stream.
+    pub stream: String,
+    /// The processor's key.
+    pub key: String,
+    /// The value.
+    pub value: Vec<u8>,
+    /// The shard whose checkpoint wrote it.
+    pub shard: String,
+    /// That checkpoint.
+    pub checkpoint: String,
+}
+
+impl StateTable {
+    /// Every item (of `stream`, when given), read consistently page by page.
+    pub async fn scan(&self, stream: Option<&str>) -> Result<Vec<StateItem>, LeaseError> {
+        let mut items = Vec::new();
+        let mut pages = self.table.client.scan().table_name(&self.table.name).consistent_read(true).into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| self.table.error("Scan", e))?;
+            let text = |item: &HashMap<String, AttributeValue>, name: &str| match item.get(name) {
+                Some(AttributeValue::S(s)) => s.clone(),
+                _ => String::new(),
+            };
+            for item in page.items() {
+                let Some(AttributeValue::B(value)) = item.get("value") else { continue };
+                let state = StateItem { stream: text(item, "stream"), key: text(item, "key"), value: value.clone().into_inner(), shard: text(item, "shard"), checkpoint: text(item, "checkpoint") };
+                if stream.is_none_or(|s| s == state.stream) {
+                    items.push(state);
+                }
+            }
+        }
+        items.sort_by(|a, b| (&a.stream, &a.key).cmp(&(&b.stream, &b.key)));
+        Ok(items)
+    }
+}
+
 /// One stream's committed state, as a shard's instance reads it.
 pub struct ShardStateSource {
     /// The state table.
     pub table: Arc<StateTable>,
     /// The shard's stream.
     pub stream: String,
+    /// The shard's metrics: keys read and keys served from memory.
+    pub metrics: ShardMetrics,
 }
 
 impl StateSource for ShardStateSource {
     fn read<'a>(&'a self, keys: &'a [String]) -> StateFuture<'a, Result<Vec<Option<Vec<u8>>>, String>> {
+        self.metrics.state_read(keys.len(), 0);
         Box::pin(async move { self.table.read(&self.stream, keys).await.map_err(|e| e.to_string()) })
+    }
+
+    fn served_from_memory(&self, keys: usize) {
+        self.metrics.state_read(0, keys);
     }
 }

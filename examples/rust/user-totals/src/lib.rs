@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kcl_guest::state::{self, MAX_CHANGED_KEYS};
+use kcl_guest::state;
 use kcl_guest::{Batch, Checkpointer, ProcessorError, RecordProcessor, ShardInfo};
 use serde::Deserialize;
 
@@ -33,9 +33,9 @@ impl RecordProcessor for UserTotals {
     fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
         let retry = |e: kcl_guest::CheckpointError| ProcessorError::retryable(e.to_string());
         let mut purchases = Vec::with_capacity(batch.len());
-        for (index, record) in batch.iter().enumerate() {
+        for record in &batch {
             match serde_json::from_slice::<Purchase>(record.data) {
-                Ok(purchase) => purchases.push((index, record.partition_key, purchase.cents)),
+                Ok(purchase) => purchases.push((record.partition_key, purchase.cents)),
                 Err(_) => {
                     self.rejected += 1;
                     kcl_guest::warn!("record {} is not a purchase ({} rejected so far)", record.sequence_number, self.rejected);
@@ -43,23 +43,18 @@ impl RecordProcessor for UserTotals {
             }
         }
         // Every user's total in one read (the host reads the keys it has not cached).
-        let users: Vec<&str> = purchases.iter().map(|(_, user, _)| *user).collect::<BTreeSet<_>>().into_iter().collect();
+        let users: Vec<&str> = purchases.iter().map(|(user, _)| *user).collect::<BTreeSet<_>>().into_iter().collect();
         let mut totals: BTreeMap<&str, i64> = users.iter().copied().zip(state::get_many_i64(&users)?.into_iter().map(Option::unwrap_or_default)).collect();
-        // Keys changed since the last checkpoint: one checkpoint commits at
-        // most MAX_CHANGED_KEYS, so a batch of many users checkpoints part-way.
-        let mut changed = BTreeSet::new();
-        for (index, user, cents) in purchases {
-            if !changed.contains(user) && changed.len() == MAX_CHANGED_KEYS {
-                checkpointer.checkpoint_at_index(index - 1).map_err(retry)?;
-                kcl_guest::info!("committed {} keys part-way, through record {}", changed.len(), index - 1);
-                changed.clear();
-            }
-            let total = totals.entry(user).or_default();
-            *total += cents;
-            state::set_i64(user, *total)?;
-            changed.insert(user);
+        for (user, cents) in purchases {
+            *totals.entry(user).or_default() += cents;
         }
-        checkpointer.checkpoint().map_err(retry)
+        for (user, total) in &totals {
+            state::set_i64(user, *total)?;
+        }
+        // Commits every total with the checkpoint, in one write (however many users).
+        checkpointer.checkpoint().map_err(retry)?;
+        kcl_guest::info!("committed {} totals", totals.len());
+        Ok(())
     }
 }
 

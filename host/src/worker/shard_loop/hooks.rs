@@ -98,7 +98,12 @@ impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
                     Ok(()) => {
                         let key = self.held.key();
                         let commit = StateCommit { table: self.state.name(), stream: &self.stream, shard: key.shard_id(), changes: state };
-                        self.held.commit(checkpoint, &commit).await
+                        let started = std::time::Instant::now();
+                        let committed = self.held.commit(checkpoint, &commit).await;
+                        if committed.is_ok() {
+                            self.metrics.state_committed(state.len(), started.elapsed());
+                        }
+                        committed
                     }
                     Err(e) => Err(CheckpointFailure::Unavailable(format!("the state table could not be made ready: {e}"))),
                 }
@@ -115,17 +120,19 @@ impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
     }
 }
 
-/// The state an instance of `held`'s shard sees: the stream's items in
-/// `table`, keys limited to the lease's hash-key range. Lanes
+/// The state an instance of `shard_loop`'s shard sees: the stream's items
+/// in the state table, keys limited to the lease's hash-key range. Lanes
 /// (`--parallelism` over 1) have none: each lane's checkpoint only says how
 /// far it got, so no write could commit its changes exactly once.
-pub(super) async fn shard_state<S: LeaseStore>(held: &HeldLease<S>, table: &Arc<StateTable>, stream: &str, parallelism: usize) -> KeyedState {
+pub(super) async fn shard_state<S: LeaseStore>(shard_loop: &ShardLoop<S>) -> KeyedState {
+    let parallelism = shard_loop.parallelism;
     if parallelism > 1 {
         return KeyedState::unavailable(format!("state needs one instance per shard; this worker runs {parallelism} (--parallelism): run it with --parallelism 1"));
     }
-    let lease = held.snapshot().await;
+    let lease = shard_loop.held.snapshot().await;
     let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
-    KeyedState::new(Arc::new(ShardStateSource { table: table.clone(), stream: stream.to_owned() }), range)
+    let source = ShardStateSource { table: shard_loop.state.clone(), stream: shard_loop.stream.clone(), metrics: shard_loop.metrics.clone() };
+    KeyedState::new(Arc::new(source), range)
 }
 
 /// Notes where a lane's instance is done, with `--parallelism` over 1: its

@@ -23,7 +23,7 @@ use crate::aws::AwsError;
 use crate::failure::retrying::RetryBoard;
 use crate::failure::{self, deliver::Delivery, DeadLetters, Delivered, FailurePolicy, FailureSettings};
 use crate::fetch::{Fetched, Prefetch, StartingPosition};
-use crate::lease::coordinator::HeldLease;
+use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::output::Outputs;
@@ -159,6 +159,11 @@ impl<S: LeaseStore> ShardLoop<S> {
     /// failure. `first_delivered` is where an earlier attempt without a
     /// checkpoint began, and is set by this one if it delivers first.
     async fn attempt(&self, policy: &mut FailurePolicy, first_delivered: &mut Option<String>) -> Interrupt {
+        match self.held.recover_state().await {
+            Ok(()) => {}
+            Err(CheckpointFailure::LeaseLost) => return Interrupt::Done(Outcome::LeaseLost),
+            Err(CheckpointFailure::Unavailable(e)) => return Interrupt::Failed(format!("applying the state the shard's last owner committed failed: {e}")),
+        }
         let lease = self.held.snapshot().await;
         let shard_id = lease.key.shard_id().to_owned();
         let (start, last_checkpoint) = match starting_position(&lease.checkpoint, first_delivered.as_deref(), self.initial_timestamp_ms) {
@@ -263,7 +268,7 @@ impl<S: LeaseStore> ShardLoop<S> {
     ) -> Result<ShardInstance, Interrupt> {
         let shard_id = self.held.key().shard_id().to_owned();
         let outputs = Box::new(self.outputs.shard());
-        let state = hooks::shard_state(&self.held, &self.state, &self.stream, self.parallelism).await;
+        let state = hooks::shard_state(self).await;
         // Its log lines name the lease key: with several streams, that names the stream too.
         let mut instance = match processor.instantiate_with_outputs(self.held.key(), sink, outputs, state, last_checkpoint.clone()).await {
             Ok(instance) => instance,

@@ -12,7 +12,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::runtime::CallError;
+mod shard;
+
+pub use shard::ShardMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShardLabels {
@@ -92,6 +94,16 @@ pub struct Metrics {
     output_failures: Family<TargetLabels, Counter>,
     output_write_seconds: Family<TargetLabels, Histogram, fn() -> Histogram>,
     output_buffer: Gauge,
+    state_reads: Family<ShardLabels, Counter>,
+    state_cache_hits: Family<ShardLabels, Counter>,
+    state_writes: Family<ShardLabels, Counter>,
+    state_commit_seconds: Histograms,
+    state_commit_items: Histograms,
+}
+
+/// Items in one state commit: 1 to 128.
+fn items_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 8))
 }
 
 fn call_histogram() -> Histogram {
@@ -133,6 +145,11 @@ impl Metrics {
             output_bytes: Family::default(),
             output_retries: Family::default(),
             output_failures: Family::default(),
+            state_reads: Family::default(),
+            state_cache_hits: Family::default(),
+            state_writes: Family::default(),
+            state_commit_seconds: Family::new_with_constructor(call_histogram),
+            state_commit_items: Family::new_with_constructor(items_histogram),
             output_write_seconds: Family::new_with_constructor(call_histogram),
             output_buffer: Gauge::default(),
             registry: Registry::default(),
@@ -176,6 +193,11 @@ impl Metrics {
         r.register("output_failures", "Flushes that failed because a target kept failing", metrics.output_failures.clone());
         r.register("output_write_seconds", "Time to write a shard's queued outputs to a target, retries included", metrics.output_write_seconds.clone());
         r.register("output_buffer_bytes", "Output bytes queued, all shards together, not yet acknowledged", metrics.output_buffer.clone());
+        r.register("state_reads", "State keys read from the state table (cache misses)", metrics.state_reads.clone());
+        r.register("state_cache_hits", "State keys read from an instance's cache or its own changes", metrics.state_cache_hits.clone());
+        r.register("state_writes", "State keys committed with a checkpoint (set or deleted)", metrics.state_writes.clone());
+        r.register("state_commit_seconds", "Duration of a checkpoint's transaction with its state changes", metrics.state_commit_seconds.clone());
+        r.register("state_commit_items", "State items in one checkpoint's transaction", metrics.state_commit_items.clone());
         Metrics { registry, ..metrics }
     }
 
@@ -242,130 +264,6 @@ impl Metrics {
     /// A rollout was rolled back.
     pub fn rolled_back(&self) {
         self.rollbacks.inc();
-    }
-}
-
-/// One shard's series.
-#[derive(Clone)]
-pub struct ShardMetrics {
-    metrics: Arc<Metrics>,
-    labels: ShardLabels,
-    /// The version series set last: a swap replaces it.
-    version: Arc<std::sync::Mutex<Option<VersionLabels>>>,
-}
-
-impl ShardMetrics {
-    /// A batch of `records` records (`bytes` of data) acknowledged after `took`.
-    pub fn processed(&self, records: usize, bytes: usize, took: Duration) {
-        let m = &self.metrics;
-        m.records.get_or_create(&self.labels).inc_by(records as u64);
-        m.bytes.get_or_create(&self.labels).inc_by(bytes as u64);
-        m.batches.get_or_create(&self.labels).inc();
-        m.call_seconds.get_or_create(&self.labels).observe(took.as_secs_f64());
-    }
-
-    /// How far the last batch was behind the tip.
-    pub fn millis_behind_latest(&self, millis: u64) {
-        self.metrics.millis_behind.get_or_create(&self.labels).set(millis as i64);
-    }
-
-    /// A processor call failed with `error`.
-    pub fn guest_error(&self, error: &CallError) {
-        let kind = match error {
-            CallError::Retryable(_) => "retryable",
-            CallError::Fatal(_) => "fatal",
-            CallError::FailedAt { .. } => "failed-at",
-            CallError::OutputsUnwritten(_) => "outputs",
-            CallError::Trap(_) => "trap",
-            CallError::DeadlineExceeded(_) => "deadline",
-            CallError::MemoryLimit(_) => "memory",
-            CallError::Withdrawn => "withdrawn",
-        };
-        self.metrics.guest_errors.get_or_create(&ErrorLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), kind }).inc();
-    }
-
-    /// The shard's processor instance was restarted.
-    pub fn restarted(&self) {
-        self.metrics.restarts.get_or_create(&self.labels).inc();
-    }
-
-    /// The failure policy did `action` once: `retry`, `bisect`, `dead-letter` or `skipped`.
-    pub fn failure_event(&self, action: &'static str) {
-        self.failure_events(action, 1);
-    }
-
-    /// The failure policy did `action` to `n` records.
-    pub fn failure_events(&self, action: &'static str, n: usize) {
-        self.metrics.policy.get_or_create(&PolicyLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), action }).inc_by(n as u64);
-    }
-
-    /// Failed calls on the records the shard retries now.
-    pub fn retry_attempts(&self, attempts: u32) {
-        self.metrics.retry_attempts.get_or_create(&self.labels).set(i64::from(attempts));
-    }
-
-    /// A checkpoint write happened; `written` when it succeeded.
-    pub fn checkpoint(&self, written: bool) {
-        let family = if written { &self.metrics.checkpoints_written } else { &self.metrics.checkpoints_refused };
-        family.get_or_create(&self.labels).inc();
-    }
-
-    /// GetRecords calls for a batch, and how many were throttled.
-    pub fn get_records(&self, calls: u64, throttles: u64) {
-        self.metrics.get_records.get_or_create(&self.labels).inc_by(calls);
-        self.metrics.throttles.get_or_create(&self.labels).inc_by(throttles);
-    }
-
-    /// The processor the shard runs now (replacing the one before): its
-    /// hash, `name@version` if it has one, and contract version.
-    pub fn version(&self, processor: &str, component: Option<&str>, contract: &'static str) {
-        let labels = VersionLabels {
-            stream: self.labels.stream.clone(),
-            shard: self.labels.shard.clone(),
-            processor: processor.to_owned(),
-            component: component.unwrap_or_default().to_owned(),
-            contract,
-        };
-        self.metrics.version.get_or_create(&labels).set(1);
-        if let Some(previous) = self.version.lock().expect("not poisoned").replace(labels.clone())
-            && previous != labels
-        {
-            self.metrics.version.remove(&previous);
-        }
-    }
-
-    /// With `--parallelism`: calls running on the shard now, and how many
-    /// more records its busiest instance has queued than its least busy.
-    pub fn lanes(&self, in_flight: usize, spread: usize) {
-        self.metrics.calls_in_flight.get_or_create(&self.labels).set(in_flight as i64);
-        self.metrics.lane_spread.get_or_create(&self.labels).set(spread as i64);
-    }
-
-    /// The shard's instance was replaced by a new version.
-    pub fn swapped(&self) {
-        self.metrics.swaps.get_or_create(&self.labels).inc();
-    }
-
-    /// Removes every series of the shard: its lease is gone from this worker.
-    pub fn forget(&self) {
-        let m = &self.metrics;
-        for family in [&m.records, &m.bytes, &m.batches, &m.restarts, &m.checkpoints_written, &m.checkpoints_refused, &m.get_records, &m.throttles, &m.swaps] {
-            family.remove(&self.labels);
-        }
-        m.millis_behind.remove(&self.labels);
-        m.calls_in_flight.remove(&self.labels);
-        m.lane_spread.remove(&self.labels);
-        m.retry_attempts.remove(&self.labels);
-        for action in POLICY_ACTIONS {
-            m.policy.remove(&PolicyLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), action });
-        }
-        m.call_seconds.remove(&self.labels);
-        for kind in ["retryable", "fatal", "failed-at", "outputs", "trap", "deadline", "memory", "withdrawn"] {
-            m.guest_errors.remove(&ErrorLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), kind });
-        }
-        if let Some(version) = self.version.lock().expect("not poisoned").take() {
-            m.version.remove(&version);
-        }
     }
 }
 

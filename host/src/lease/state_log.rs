@@ -1,0 +1,337 @@
+//! Committing more state changes than one transaction holds (100 items,
+//! 4 MB) still atomically with the checkpoint: a redo log.
+//!
+//! 1. The changes are written to the state table as log items
+//!    (`~log/<lease key>/<token>/<n>`, about 350 KB each), which nothing reads.
+//! 2. The checkpoint's update of the lease row — conditional on owner and
+//!    counter, as every checkpoint — also sets `statePending` to
+//!    `<state table>/<token>/<parts>`. This is the commit: before it the log
+//!    is garbage, after it the changes are the shard's state.
+//! 3. The changes are applied in transactions of up to 99 items, each with a
+//!    condition check that the lease row still names this owner and this log
+//!    (a worker that lost the lease stops; the next owner applies the log).
+//! 4. `statePending` is removed (conditional on the same), and the log
+//!    items deleted.
+//!
+//! A worker applies a log it finds on a lease it holds (3, 4) before its
+//! processor reads any state ([`DynamoStore::apply_pending_log`]). Applying
+//! writes absolute values, so applying a log twice changes nothing. Cost
+//! against one transaction: a `PutItem` per log item, a transaction per 99
+//! changes (the same item writes), an `UpdateItem`, a `GetItem`, and the
+//! log items' deletes.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, DeleteRequest, TransactWriteItem, WriteRequest};
+
+use super::dynamo::{checkpoint_update, DynamoStore};
+use super::state_commit::{patient, StateCommit};
+use super::{Checkpoint, Lease, LeaseError};
+use crate::aws::AwsError;
+use crate::runtime::StateChanges;
+
+/// The lease row's attribute naming a committed log not yet applied.
+pub(super) const PENDING: &str = "statePending";
+/// Most changes one apply transaction holds (one more item is its condition check).
+const APPLY_ITEMS: usize = 99;
+/// Most bytes of keys and values in one transaction (it carries 4 MB).
+const APPLY_BYTES: usize = 3_500_000;
+/// Most bytes of encoded changes in one log item (an item holds 400 KB).
+const LOG_ITEM_BYTES: usize = 350_000;
+
+/// Whether `changes` fit one transaction beside the checkpoint.
+pub(super) fn fits_one_transaction(changes: &StateChanges) -> bool {
+    changes.len() <= APPLY_ITEMS && size(changes.iter()) <= APPLY_BYTES
+}
+
+fn size<'a>(changes: impl Iterator<Item = (&'a String, &'a Option<Vec<u8>>)>) -> usize {
+    changes.map(|(key, value)| key.len() + value.as_ref().map_or(0, Vec::len)).sum()
+}
+
+/// `changes` in groups that each fit one transaction, in key order.
+fn groups(changes: &StateChanges) -> Vec<StateChanges> {
+    let mut groups = vec![StateChanges::new()];
+    for (key, value) in changes {
+        let last = groups.last_mut().expect("one group at least");
+        if last.len() == APPLY_ITEMS || size(last.iter()) + key.len() + value.as_ref().map_or(0, Vec::len) > APPLY_BYTES {
+            groups.push(StateChanges::new());
+        }
+        groups.last_mut().expect("just pushed").insert(key.clone(), value.clone());
+    }
+    groups
+}
+
+/// The changes as log items' payloads: per change, the key's length (u32,
+/// big-endian) and bytes, then 0 for a delete or 1, the value's length and
+/// bytes. A change is never split between items.
+fn encode(changes: &StateChanges) -> Vec<Vec<u8>> {
+    let mut items = vec![Vec::new()];
+    for (key, value) in changes {
+        let mut entry = Vec::with_capacity(9 + key.len() + value.as_ref().map_or(0, Vec::len));
+        entry.extend((key.len() as u32).to_be_bytes());
+        entry.extend(key.as_bytes());
+        match value {
+            None => entry.push(0),
+            Some(value) => {
+                entry.push(1);
+                entry.extend((value.len() as u32).to_be_bytes());
+                entry.extend(value);
+            }
+        }
+        let last = items.last_mut().expect("one item at least");
+        if !last.is_empty() && last.len() + entry.len() > LOG_ITEM_BYTES {
+            items.push(entry);
+        } else {
+            last.extend(entry);
+        }
+    }
+    items
+}
+
+/// [`encode`]'s payloads back into changes.
+fn decode(payloads: &[Vec<u8>]) -> Result<StateChanges, String> {
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+        if bytes.len() < n {
+            return Err("a state log item ends inside a change".into());
+        }
+        let (taken, rest) = bytes.split_at(n);
+        *bytes = rest;
+        Ok(taken)
+    }
+    let length = |bytes: &mut &[u8]| -> Result<usize, String> { Ok(u32::from_be_bytes(take(bytes, 4)?.try_into().expect("4 bytes")) as usize) };
+    let mut changes = StateChanges::new();
+    for payload in payloads {
+        let mut bytes = payload.as_slice();
+        while !bytes.is_empty() {
+            let n = length(&mut bytes)?;
+            let key = String::from_utf8(take(&mut bytes, n)?.to_vec()).map_err(|_| "a state log key is not UTF-8".to_owned())?;
+            let value = match take(&mut bytes, 1)?[0] {
+                0 => None,
+                _ => {
+                    let n = length(&mut bytes)?;
+                    Some(take(&mut bytes, n)?.to_vec())
+                }
+            };
+            changes.insert(key, value);
+        }
+    }
+    Ok(changes)
+}
+
+/// What `statePending` names: where the log is and how many items it has.
+struct Pending {
+    table: String,
+    token: String,
+    parts: usize,
+}
+
+impl Pending {
+    fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.rsplitn(3, '/');
+        let (count, token, table) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(Pending { table: table.to_owned(), token: token.to_owned(), parts: count.parse().ok()? })
+    }
+
+    fn marker(&self) -> String {
+        format!("{}/{}/{}", self.table, self.token, self.parts)
+    }
+
+    /// The `n`th log item's hash key.
+    fn item_key(&self, lease_key: &str, n: usize) -> AttributeValue {
+        AttributeValue::S(format!("~log/{lease_key}/{}/{n}", self.token))
+    }
+}
+
+/// A string attribute, or "".
+fn text(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> String {
+    match item.get(name) {
+        Some(AttributeValue::S(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+impl DynamoStore {
+    /// Commits `state` with `checkpoint` through a log (see the module).
+    pub(super) async fn commit_by_log(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
+        let payloads = encode(state.changes);
+        let token = state.token(lease.key.as_str(), lease.counter, checkpoint.as_column());
+        let pending = Pending { table: state.table.to_owned(), token, parts: payloads.len() };
+        for (n, payload) in payloads.into_iter().enumerate() {
+            self.client
+                .put_item()
+                .table_name(state.table)
+                .item("stateKey", pending.item_key(lease.key.as_str(), n))
+                .item("log", AttributeValue::B(Blob::new(payload)))
+                .item("stream", AttributeValue::S(state.stream.to_owned()))
+                .item("shard", AttributeValue::S(state.shard.to_owned()))
+                .item("checkpoint", AttributeValue::S(checkpoint.as_column().to_owned()))
+                .customize()
+                .config_override(patient())
+                .send()
+                .await
+                .map_err(|e| self.error("PutItem (state log)", e))?;
+        }
+        // The commit.
+        let (expression, values) = checkpoint_update(checkpoint, &Default::default());
+        let update = self.conditional_update(lease, true).update_expression(format!("{expression}, {PENDING} = :pending"));
+        let update = values.into_iter().fold(update, |update, (name, value)| update.expression_attribute_values(name, value));
+        let update = update.expression_attribute_values(":pending", AttributeValue::S(pending.marker()));
+        let ours = |row: &Lease| row.owner == lease.owner && row.checkpoint == *checkpoint;
+        let Some(updated) = self.send_update("UpdateItem (checkpoint with a state log)", lease, update, ours).await? else {
+            return Ok(None);
+        };
+        // Committed: applied now, or by the next owner if this one loses the lease meanwhile.
+        let owner = lease.owner.as_deref().unwrap_or_default();
+        self.apply(lease.key.as_str(), owner, &pending, state, checkpoint.as_column()).await?;
+        Ok(Some(updated))
+    }
+
+    /// Applies the log `lease`'s row names, if any (a commit whose worker
+    /// stopped before applying it); `false` if the lease was lost meanwhile.
+    pub(super) async fn apply_pending_log(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let row = self
+            .client
+            .get_item()
+            .table_name(&self.table.name)
+            .key("leaseKey", AttributeValue::S(lease.key.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.error("GetItem (state log)", e))?;
+        let Some(pending) = row.item.as_ref().and_then(|item| Pending::parse(&text(item, PENDING))) else { return Ok(true) };
+        let mut payloads = Vec::with_capacity(pending.parts);
+        let (mut stream, mut shard, mut checkpoint) = Default::default();
+        for n in 0..pending.parts {
+            let item = self
+                .client
+                .get_item()
+                .table_name(&pending.table)
+                .key("stateKey", pending.item_key(lease.key.as_str(), n))
+                .consistent_read(true)
+                .customize()
+                .config_override(patient())
+                .send()
+                .await
+                .map_err(|e| self.error("GetItem (state log)", e))?
+                .item
+                .ok_or_else(|| malformed(format!("the state log of {} misses its item {n}", lease.key)))?;
+            let Some(AttributeValue::B(payload)) = item.get("log") else { return Err(malformed(format!("the state log item {n} of {} has no `log`", lease.key))) };
+            payloads.push(payload.clone().into_inner());
+            (stream, shard, checkpoint) = (text(&item, "stream"), text(&item, "shard"), text(&item, "checkpoint"));
+        }
+        let changes = decode(&payloads).map_err(malformed)?;
+        tracing::info!(shard = %lease.key, changes = changes.len(), "applying the state its last owner committed and did not apply");
+        let state = StateCommit { table: &pending.table, stream: &stream, shard: &shard, changes: &changes };
+        self.apply(lease.key.as_str(), lease.owner.as_deref().unwrap_or_default(), &pending, &state, &checkpoint).await
+    }
+
+    /// Steps 3 and 4: the changes in transactions fenced by the lease row,
+    /// retried until applied; `false` once the row no longer names `owner`
+    /// and `pending` (another worker applies it).
+    async fn apply(&self, lease_key: &str, owner: &str, pending: &Pending, state: &StateCommit<'_>, checkpoint: &str) -> Result<bool, LeaseError> {
+        let fence = "leaseOwner = :owner AND statePending = :pending";
+        let values = [(":owner", AttributeValue::S(owner.to_owned())), (":pending", AttributeValue::S(pending.marker()))];
+        for group in groups(state.changes) {
+            let check = values
+                .iter()
+                .fold(ConditionCheck::builder().table_name(&self.table.name).key("leaseKey", AttributeValue::S(lease_key.to_owned())).condition_expression(fence), |c, (n, v)| {
+                    c.expression_attribute_values(*n, v.clone())
+                })
+                .build()
+                .expect("table, key and condition are set");
+            let part = StateCommit { changes: &group, ..*state };
+            let mut items = vec![TransactWriteItem::builder().condition_check(check).build()];
+            items.extend(part.writes(checkpoint));
+            let mut wait = Duration::from_millis(100);
+            loop {
+                let sent = self.client.transact_write_items().set_transact_items(Some(items.clone())).customize().config_override(patient()).send().await;
+                match sent {
+                    Ok(_) => break,
+                    Err(e) if e.as_service_error().is_some_and(|s| s.is_transaction_canceled_exception()) && lease_row_failed(&e) => return Ok(false),
+                    Err(e) => {
+                        tracing::warn!(shard = lease_key, "applying committed state failed, trying again in {wait:?}: {}", self.error("TransactWriteItems (state log)", e));
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+        }
+        let cleared = values
+            .into_iter()
+            .fold(self.client.update_item().table_name(&self.table.name).key("leaseKey", AttributeValue::S(lease_key.to_owned())), |u, (n, v)| u.expression_attribute_values(n, v))
+            .update_expression(format!("REMOVE {PENDING}"))
+            .condition_expression(fence)
+            .send()
+            .await;
+        match cleared {
+            Ok(_) => {}
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => return Ok(false),
+            Err(e) => return Err(self.error("UpdateItem (state log applied)", e)),
+        }
+        // The log is garbage now; a delete that fails leaves garbage, no harm.
+        let deletes: Vec<WriteRequest> = (0..pending.parts)
+            .map(|n| WriteRequest::builder().delete_request(DeleteRequest::builder().key("stateKey", pending.item_key(lease_key, n)).build().expect("key is set")).build())
+            .collect();
+        for chunk in deletes.chunks(25) {
+            if let Err(e) = self.client.batch_write_item().request_items(&pending.table, chunk.to_vec()).send().await {
+                tracing::warn!(shard = lease_key, "the applied state log could not be deleted (it is never read again): {}", self.error("BatchWriteItem (state log)", e));
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Whether a canceled transaction failed on its first item, the lease row's condition.
+fn lease_row_failed<R>(error: &aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>) -> bool {
+    match error.as_service_error() {
+        Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(canceled)) => {
+            canceled.cancellation_reasons().first().and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+        }
+        _ => false,
+    }
+}
+
+fn malformed(message: String) -> LeaseError {
+    LeaseError::Aws(AwsError::Service { operation: "GetItem (state log)", code: "MalformedStateLog".into(), message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changes(n: usize, value_bytes: usize) -> StateChanges {
+        (0..n).map(|i| (format!("key-{i:05}"), (i % 7 != 0).then(|| vec![i as u8; value_bytes]))).collect()
+    }
+
+    #[test]
+    fn a_log_decodes_to_the_changes_it_encodes_and_keeps_each_item_under_its_size() {
+        for (n, bytes) in [(1, 0), (250, 100), (40, 100_000)] {
+            let changes = changes(n, bytes);
+            let payloads = encode(&changes);
+            assert!(payloads.iter().all(|p| p.len() <= LOG_ITEM_BYTES + 9 + 10 + bytes), "{n} × {bytes}");
+            assert_eq!(decode(&payloads).unwrap(), changes);
+        }
+        assert!(decode(&[vec![0, 0, 0, 9, b'k']]).unwrap_err().contains("ends inside"));
+    }
+
+    #[test]
+    fn groups_fit_a_transaction_and_hold_every_change_once() {
+        let many = changes(250, 10);
+        let parts = groups(&many);
+        assert_eq!(parts.iter().map(StateChanges::len).collect::<Vec<_>>(), vec![99, 99, 52]);
+        assert!(parts.iter().all(fits_one_transaction));
+        let big = changes(40, 300_000);
+        assert!(!fits_one_transaction(&big));
+        assert!(groups(&big).iter().all(fits_one_transaction));
+        assert_eq!(groups(&big).iter().map(StateChanges::len).sum::<usize>(), 40);
+    }
+
+    #[test]
+    fn the_marker_names_the_table_token_and_parts() {
+        let pending = Pending { table: "orders-app-KclHostState".into(), token: "ab12".into(), parts: 3 };
+        let parsed = Pending::parse(&pending.marker()).unwrap();
+        assert_eq!((parsed.table.as_str(), parsed.token.as_str(), parsed.parts), ("orders-app-KclHostState", "ab12", 3));
+        assert!(Pending::parse("").is_none());
+    }
+}
