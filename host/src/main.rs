@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             Command::Run(args) => kcl_host::worker::command::run(*args).await,
             Command::Status(args) => kcl_host::status::command(args).await,
             Command::Deploy(args) => kcl_host::swap::fleet::command(&args.aws.settings(), &args.application, args.processor.as_deref()).await,
-            Command::State(args) => kcl_host::state::command::command(args).await,
+            Command::State(args) => kcl_host::state::command::command(&args.aws.settings(), &args.application, args.action.into()).await,
             Command::Init(args) => {
                 let sdk = args.sdk.as_deref().map_or(kcl_host::init::Sdk::Bundled, kcl_host::init::Sdk::Checkout);
                 kcl_host::init::command(&args.name, args.lang, sdk)

@@ -246,12 +246,7 @@ async fn a_commit_of_more_keys_than_one_transaction_holds_killed_before_it_was_a
     let stream = TestStream::create(&aws.kinesis, &unique("state-log"), 1).await;
     let application = unique("state-log-app");
     let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
-    let cache = test_cache_dir().display().to_string();
-    let args = [
-        "run", &guest("user-totals"), "--stream", &stream.name, "--application", &application, "--worker-id", "worker-1",
-        "--idle-time-between-reads", "200ms", "--cache-dir", &cache, "--failover-time", "2s",
-    ];
-    let mut first = KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, &[("AWS_ENDPOINT_URL_DYNAMODB", &proxy.endpoint)]);
+    let mut first = start_with_env("user-totals", &stream.name, &application, "worker-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &proxy.endpoint)]);
     first.wait_for("the lease", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
     // The first worker writes its log and commits, and cannot apply it.
     proxy.set(vec![Rule::every(Some("TransactWriteItems"), Fault::Fail(500, "InternalFailure"))]);

@@ -182,6 +182,15 @@ pub enum StateAction {
     },
 }
 
+impl From<StateAction> for crate::state::command::StateRead {
+    fn from(action: StateAction) -> Self {
+        match action {
+            StateAction::Get { stream, key } => Self::Get { stream, key },
+            StateAction::Dump { stream, json } => Self::Dump { stream, json },
+        }
+    }
+}
+
 /// Which AWS account and region the table commands read; endpoints come
 /// from the standard chain (AWS_ENDPOINT_URL_*).
 #[derive(Debug, Args)]

@@ -9,7 +9,6 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 
@@ -312,13 +311,7 @@ impl LeaseStore for DynamoStore {
             // A transaction returns no row; the row is the one it wrote.
             Ok(_) => Ok(Some(Lease { counter: lease.counter + 1, checkpoint: checkpoint.clone(), owner_switches_since_checkpoint: 0, ..lease.clone() })),
             Err(e) => {
-                let lease_row_failed = match e.as_service_error() {
-                    Some(TransactWriteItemsError::TransactionCanceledException(canceled)) => {
-                        canceled.cancellation_reasons().first().and_then(|r| r.code()) == Some("ConditionalCheckFailed")
-                    }
-                    _ => false,
-                };
-                if !lease_row_failed {
+                if !state_log::lease_row_failed(&e) {
                     return Err(self.error("TransactWriteItems (checkpoint with state)", e));
                 }
                 // Lost, unless a retry found our own write applied.

@@ -35,6 +35,7 @@ use std::future::Future;
 
 use crate::aws::AwsError;
 pub use key::{LeaseKey, StreamIdentifier};
+use crate::records::kpl::HashRange;
 use crate::records::Position;
 use state_commit::StateCommit;
 
@@ -163,6 +164,11 @@ impl Lease {
             starting_hash_key: None,
             ending_hash_key: None,
         }
+    }
+
+    /// The shard's hash-key range, when the row records it.
+    pub fn hash_range(&self) -> Option<HashRange> {
+        HashRange::parse(self.starting_hash_key.as_deref()?, self.ending_hash_key.as_deref()?)
     }
 
     /// Whether the shard was processed to its end.

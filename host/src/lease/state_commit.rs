@@ -17,6 +17,14 @@ pub fn patient() -> aws_sdk_dynamodb::config::Builder {
     aws_sdk_dynamodb::config::Builder::default().timeout_config(timeouts)
 }
 
+/// A string attribute of a state item, or "" when it has none.
+pub fn text(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> String {
+    match item.get(name) {
+        Some(AttributeValue::S(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
 /// A state item's hash key: the stream and the processor's key.
 pub fn item_key(stream: &str, key: &str) -> AttributeValue {
     AttributeValue::S(format!("{stream}/{key}"))

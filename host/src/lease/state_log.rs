@@ -22,11 +22,13 @@
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, DeleteRequest, TransactWriteItem, WriteRequest};
 
 use super::dynamo::{checkpoint_update, DynamoStore};
-use super::state_commit::{patient, StateCommit};
+use super::state_commit::{patient, text, StateCommit};
 use super::{Checkpoint, Lease, LeaseError};
 use crate::aws::AwsError;
 use crate::runtime::StateChanges;
@@ -143,14 +145,6 @@ impl Pending {
     }
 }
 
-/// A string attribute, or "".
-fn text(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> String {
-    match item.get(name) {
-        Some(AttributeValue::S(s)) => s.clone(),
-        _ => String::new(),
-    }
-}
-
 impl DynamoStore {
     /// Commits `state` with `checkpoint` through a log (see the module).
     pub(super) async fn commit_by_log(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
@@ -248,7 +242,7 @@ impl DynamoStore {
                 let sent = self.client.transact_write_items().set_transact_items(Some(items.clone())).customize().config_override(patient()).send().await;
                 match sent {
                     Ok(_) => break,
-                    Err(e) if e.as_service_error().is_some_and(|s| s.is_transaction_canceled_exception()) && lease_row_failed(&e) => return Ok(false),
+                    Err(e) if lease_row_failed(&e) => return Ok(false),
                     Err(e) => {
                         tracing::warn!(shard = lease_key, "applying committed state failed, trying again in {wait:?}: {}", self.error("TransactWriteItems (state log)", e));
                         tokio::time::sleep(wait).await;
@@ -283,9 +277,9 @@ impl DynamoStore {
 }
 
 /// Whether a canceled transaction failed on its first item, the lease row's condition.
-fn lease_row_failed<R>(error: &aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>) -> bool {
+pub(super) fn lease_row_failed<R>(error: &SdkError<TransactWriteItemsError, R>) -> bool {
     match error.as_service_error() {
-        Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(canceled)) => {
+        Some(TransactWriteItemsError::TransactionCanceledException(canceled)) => {
             canceled.cancellation_reasons().first().and_then(|r| r.code()) == Some("ConditionalCheckFailed")
         }
         _ => false,

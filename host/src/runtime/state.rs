@@ -76,10 +76,11 @@ impl KeyedState {
     /// one read of the rest.
     pub(crate) async fn get_many(&mut self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, StateError> {
         let (source, range) = self.access.as_ref().map_err(|reason| StateError::Unavailable(reason.clone()))?;
-        for key in keys {
+        // A key in memory was checked when it first came: only new ones are hashed.
+        let missing: Vec<String> = keys.iter().filter(|k| !self.knows(k)).cloned().collect();
+        for key in &missing {
             check_key(key, range.as_ref())?;
         }
-        let missing: Vec<String> = keys.iter().filter(|k| !self.pending.contains_key(*k) && !self.cache.has(k)).cloned().collect();
         source.served_from_memory(keys.len() - missing.len());
         if !missing.is_empty() {
             let read = source.read(&missing).await.map_err(StateError::Unavailable)?;
@@ -93,7 +94,9 @@ impl KeyedState {
     /// Sets (`Some`) or deletes (`None`) `key`'s value until the next checkpoint commits it.
     pub(crate) fn change(&mut self, key: String, value: Option<Vec<u8>>) -> Result<(), StateError> {
         let (_, range) = self.access.as_ref().map_err(|reason| StateError::Unavailable(reason.clone()))?;
-        check_key(&key, range.as_ref())?;
+        if !self.knows(&key) {
+            check_key(&key, range.as_ref())?;
+        }
         let size = value.as_ref().map_or(0, Vec::len);
         if size > MAX_VALUE_BYTES {
             return Err(StateError::TooLarge(format!("the value for `{key}` has {size} bytes; a value holds at most {MAX_VALUE_BYTES}")));
@@ -108,6 +111,11 @@ impl KeyedState {
         self.pending_bytes = bytes;
         self.pending.insert(key, value);
         Ok(())
+    }
+
+    /// Whether `key` is in memory (changed or cached), so already checked.
+    fn knows(&self, key: &str) -> bool {
+        self.pending.contains_key(key) || self.cache.has(key)
     }
 
     /// The changes the next checkpoint commits.

@@ -4,23 +4,40 @@
 use base64::Engine as _;
 
 use super::table::{StateItem, StateTable};
-use crate::aws::AwsClients;
-use crate::cli::{StateAction, StateArgs};
+use crate::aws::{AwsClients, AwsSettings};
 
-/// Runs `kcl-host state`, printing to stdout.
-pub async fn command(args: StateArgs) -> Result<(), String> {
-    let clients = AwsClients::from_env(&args.aws.settings()).await.map_err(|e| e.to_string())?;
-    let table = StateTable::new(clients.dynamodb.clone(), &args.application);
+/// What `kcl-host state` reads.
+pub enum StateRead {
+    /// One key's value.
+    Get {
+        /// The key's stream.
+        stream: String,
+        /// The key.
+        key: String,
+    },
+    /// Every key, of one stream when given; as JSON lines with `json`.
+    Dump {
+        /// Only this stream's keys.
+        stream: Option<String>,
+        /// One JSON object per line.
+        json: bool,
+    },
+}
+
+/// Runs `kcl-host state` on `application`'s table, printing to stdout.
+pub async fn command(settings: &AwsSettings, application: &str, read: StateRead) -> Result<(), String> {
+    let clients = AwsClients::from_env(settings).await.map_err(|e| e.to_string())?;
+    let table = StateTable::new(clients.dynamodb.clone(), application);
     table.check().await.map_err(|e| e.to_string())?;
-    match args.action {
-        StateAction::Get { stream, key } => {
+    match read {
+        StateRead::Get { stream, key } => {
             let value = table.read_existing(&stream, std::slice::from_ref(&key)).await.map_err(|e| e.to_string())?.remove(0);
             match value {
                 Some(value) => println!("{}", shown(&value)),
                 None => return Err(format!("`{key}` has no value in stream `{stream}` of {}", table.name())),
             }
         }
-        StateAction::Dump { stream, json } => {
+        StateRead::Dump { stream, json } => {
             for item in table.scan(stream.as_deref()).await.map_err(|e| e.to_string())? {
                 println!("{}", line(&item, json));
             }

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use aws_sdk_dynamodb::Client;
 use tokio::sync::OnceCell;
 
-use crate::lease::state_commit::{item_key, patient};
+use crate::lease::state_commit::{item_key, patient, text};
 use crate::lease::table::KeyedTable;
 use crate::lease::LeaseError;
 use crate::metrics::ShardMetrics;
@@ -112,10 +112,6 @@ impl StateTable {
         let mut pages = self.table.client.scan().table_name(&self.table.name).consistent_read(true).into_paginator().send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.table.error("Scan", e))?;
-            let text = |item: &HashMap<String, AttributeValue>, name: &str| match item.get(name) {
-                Some(AttributeValue::S(s)) => s.clone(),
-                _ => String::new(),
-            };
             for item in page.items() {
                 let Some(AttributeValue::B(value)) = item.get("value") else { continue };
                 let state = StateItem { stream: text(item, "stream"), key: text(item, "key"), value: value.clone().into_inner(), shard: text(item, "shard"), checkpoint: text(item, "checkpoint") };

@@ -15,7 +15,6 @@ use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::records::{Batch, Position};
-use crate::records::kpl::HashRange;
 use crate::runtime::{CallError, CheckpointError, CheckpointFuture, CheckpointSink, KeyedState, Processor, StateChanges};
 use crate::state::{ShardStateSource, StateCommit, StateTable};
 use crate::swap::rollout::CallReport;
@@ -130,7 +129,7 @@ pub(super) async fn shard_state<S: LeaseStore>(shard_loop: &ShardLoop<S>) -> Key
         return KeyedState::unavailable(format!("state needs one instance per shard; this worker runs {parallelism} (--parallelism): run it with --parallelism 1"));
     }
     let lease = shard_loop.held.snapshot().await;
-    let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
+    let range = lease.hash_range();
     let source = ShardStateSource { table: shard_loop.state.clone(), stream: shard_loop.stream.clone(), metrics: shard_loop.metrics.clone() };
     KeyedState::new(Arc::new(source), range)
 }

@@ -191,7 +191,7 @@ impl<S: LeaseStore> ShardLoop<S> {
         let mut processor_rx = self.processor.clone();
         processor_rx.mark_unchanged();
         let mut unacknowledged = Unacknowledged::new(self.redelivery.clone());
-        let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
+        let range = lease.hash_range();
         let mut fetcher = self.reader.open(&self.stream, &shard_id, start, range);
         loop {
             // Between two batches: the next one, a stop, or a swap.

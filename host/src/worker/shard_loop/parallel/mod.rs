@@ -28,7 +28,6 @@ use crate::failure::FailurePolicy;
 use crate::fetch::{Fetched, StartingPosition};
 use crate::lease::coordinator::CheckpointFailure;
 use crate::lease::{Checkpoint, Lease, LeaseStore};
-use crate::records::kpl::HashRange;
 use crate::records::Position;
 use crate::runtime::{Processor, ShardInstance, ShutdownReason};
 use crate::worker::in_flight::InFlight;
@@ -75,7 +74,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                 Err(interrupt) => return interrupt,
             }
         }
-        let range = lease.starting_hash_key.as_deref().zip(lease.ending_hash_key.as_deref()).and_then(|(s, e)| HashRange::parse(s, e));
+        let range = lease.hash_range();
         let mut fetcher = self.reader.open(&self.stream, lease.key.shard_id(), start, range);
         let (mut lanes, mut progress) = (Lanes::new(n, self.call_records), Progress::default());
         let mut written = Written { position: lease.checkpoint.position().cloned(), at: Instant::now() };
