@@ -61,7 +61,7 @@ fn runtime(vars: &[(&str, &str)]) -> Runtime {
 
 async fn instance(name: &str, vars: &[(&str, &str)], outputs: &std::sync::Arc<Outputs>) -> ShardInstance {
     let processor = Processor::load(&runtime(vars), &guest(name)).await.unwrap();
-    let mut instance = processor.instantiate_with_outputs("shard", Box::new(Discard), Box::new(outputs.shard()), KeyedState::unavailable("no state in this bench"), None).await.unwrap();
+    let mut instance = processor.instantiate_with_outputs("shard", Box::new(Discard), Box::new(outputs.shard()), KeyedState::unavailable("no state in this bench"), None, None).await.unwrap();
     instance.initialize(&ShardInfo::new("bench", "shard")).await.unwrap();
     instance
 }

@@ -138,7 +138,7 @@ async fn run(counts: &str, keys_per_record: usize) -> Run {
     let bill = Arc::new(std::sync::Mutex::new(Bill::default()));
     let sink = Commit { state: state.clone(), bill: bill.clone() };
     let keyed = KeyedState::new(state.clone(), None);
-    let mut instance = processor.instantiate_with_outputs("shardId-0", Box::new(sink), Box::new(NoOutputs), keyed, None).await.unwrap();
+    let mut instance = processor.instantiate_with_outputs("shardId-0", Box::new(sink), Box::new(NoOutputs), keyed, None, None).await.unwrap();
     instance.initialize(&ShardInfo::new("bench", "shardId-0")).await.unwrap();
     let mut batches = batches();
     let started = Instant::now();

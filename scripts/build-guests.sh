@@ -19,7 +19,7 @@ if [ ! -d "$sysroot/lib/rustlib/wasm32-wasip2/lib" ]; then
   fi
 fi
 
-guests=(noop counter json-aggregate enrich user-totals)
+guests=(noop counter json-aggregate enrich user-totals window-totals)
 packages=()
 for g in "${guests[@]}"; do packages+=(-p "kcl-example-$g"); done
 packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged -p kcl-test-guest-forward -p kcl-test-guest-keyed)

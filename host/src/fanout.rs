@@ -133,7 +133,8 @@ impl<S: Subscriptions> ShardReader for Subscriber<S> {
                 }
                 None => Some(event.child_shards),
             };
-            if batch.is_empty() && shard_end.is_none() {
+            // An empty event at the tip is passed on: the clock of `--window`.
+            if batch.is_empty() && shard_end.is_none() && batch.millis_behind_latest > 0 {
                 continue;
             }
             return Ok(Fetched { batch, shard_end, calls: 0, throttles: 0 });
@@ -329,7 +330,9 @@ mod tests {
         ]);
         let mut subscriber = Subscriber::new(script.clone(), "s", StartingPosition::TrimHorizon, None);
         assert_eq!(data(&subscriber.next().await.unwrap()), ["1", "2"]);
-        assert_eq!(data(&subscriber.next().await.unwrap()), ["6"], "the empty event moves the continuation only");
+        let tip = subscriber.next().await.unwrap();
+        assert!(tip.batch.is_empty() && tip.shard_end.is_none(), "an empty event at the tip is passed on (the clock of --window)");
+        assert_eq!(data(&subscriber.next().await.unwrap()), ["6"], "the empty event moved the continuation only");
         assert_eq!(
             *script.subscribed_from.lock().unwrap(),
             [StartingPosition::TrimHorizon, StartingPosition::After("5".into())]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kcl_host::runtime::ShutdownReason;
 use kcl_host::records::Position;
-use kcl_host::runtime::{CallError, CheckpointFuture, CheckpointSink, LoadError, Processor, RuntimeConfig, StateChanges};
+use kcl_host::runtime::{CallError, CheckpointFuture, CheckpointSink, KeyedState, LoadError, NoOutputs, Processor, RuntimeConfig, SharedMemory, StateChanges};
 use support::{batch, guest, load, runtime, shard, Logs};
 
 #[derive(Clone, Default)]
@@ -201,6 +201,28 @@ async fn unbounded_allocation_hits_the_memory_cap() {
     instance.initialize(&shard("s")).await.unwrap();
     let err = instance.process_records(&mut batch(1, &["hog"])).await.unwrap_err();
     assert_eq!(err, CallError::MemoryLimit(32 << 20));
+}
+
+#[tokio::test]
+async fn instances_sharing_memory_are_held_to_one_limit_together_and_get_it_back_when_one_is_dropped() {
+    let limit = 48 << 20;
+    let processor = Processor::load(&runtime(RuntimeConfig { memory_limit: limit, ..Default::default() }), &guest("faulty")).await.unwrap();
+    let shared = SharedMemory::new(limit);
+    let start = || async {
+        let state = KeyedState::unavailable("no state here");
+        let mut instance = processor.instantiate_with_outputs("s", Box::new(Recorded::default()), Box::new(NoOutputs), state, None, Some(shared.clone())).await.unwrap();
+        instance.initialize(&shard("s")).await.unwrap();
+        instance
+    };
+    let mut first = start().await;
+    first.process_records(&mut batch(1, &["hold:30"])).await.unwrap();
+    let mut second = start().await;
+    assert_eq!(second.process_records(&mut batch(1, &["hold:30"])).await, Err(CallError::MemoryLimit(limit)), "30 MiB more do not fit beside the first's");
+    drop((first, second));
+    assert_eq!(shared.used(), 0, "dropped instances give their memory back");
+    let mut third = start().await;
+    third.process_records(&mut batch(1, &["hold:30"])).await.unwrap();
+    assert!((30 << 20..=limit).contains(&shared.used()), "{} bytes", shared.used());
 }
 
 #[tokio::test]

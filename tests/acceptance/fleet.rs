@@ -90,7 +90,7 @@ pub(super) fn covers(log: &[String], others: &[Delivered], expected: &BTreeSet<S
 
 /// Every record delivered more than once came after its shard's checkpoint
 /// as the lease table showed it at the kill.
-fn only_after_checkpoints_twice(counts: &BTreeMap<&str, (usize, &Delivered)>, checkpoints: &BTreeMap<String, Checkpoint>) {
+pub(super) fn only_after_checkpoints_twice(counts: &BTreeMap<&str, (usize, &Delivered)>, checkpoints: &BTreeMap<String, Checkpoint>) {
     for (data, (n, d)) in counts {
         if *n > 1 {
             let after = match &checkpoints[&d.shard] {

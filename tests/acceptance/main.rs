@@ -26,6 +26,7 @@ mod rollout;
 mod state;
 mod streams;
 mod swap;
+mod windows;
 
 /// A guest's path, as an argument.
 fn guest(name: &str) -> String {

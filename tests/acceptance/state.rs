@@ -26,18 +26,18 @@ fn worker(stream: &str, application: &str, id: &str, extra: &[&str]) -> KclHost 
 }
 
 /// What was produced: cents per user.
-type Sums = Arc<Mutex<BTreeMap<String, i64>>>;
+pub(super) type Sums = Arc<Mutex<BTreeMap<String, i64>>>;
 
 /// Puts purchases by partition key (the user), `per_tick` every 100 ms over
 /// `users` users, until stopped.
-struct Purchases {
+pub(super) struct Purchases {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     sums: Sums,
 }
 
 impl Purchases {
-    fn start(stream: &TestStream, users: usize, per_tick: usize) -> Self {
+    pub(super) fn start(stream: &TestStream, users: usize, per_tick: usize) -> Self {
         let stream = TestStream { name: stream.name.clone(), kinesis: stream.kinesis.clone() };
         let (stop, mut stopped) = watch::channel(false);
         let sums = Sums::default();
@@ -58,7 +58,7 @@ impl Purchases {
         Purchases { stop, task, sums }
     }
 
-    async fn stop(self) -> BTreeMap<String, i64> {
+    pub(super) async fn stop(self) -> BTreeMap<String, i64> {
         self.stop.send_replace(true);
         self.task.await.expect("the producer does not panic");
         Arc::try_unwrap(self.sums).expect("the task is done").into_inner().unwrap()
@@ -285,4 +285,28 @@ async fn a_commit_of_more_keys_than_one_transaction_holds_killed_before_it_was_a
     assert_eq!(text.lines().filter(|l| l.contains(" = ") && l.contains("shardId-")).count(), 450, "{text}");
     let (code, text) = run_to_exit(&["state", "--application", &application, "get", "--stream", &stream.name, "--key", "nobody"], &env).await;
     assert!(code != 0 && text.contains("`nobody` has no value"), "{text}");
+    let (code, text) = run_to_exit(&["status", "--application", &application, "--state"], &env).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("shardId-000000000000 state: 450 keys, "), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_put_with_an_explicit_hash_key_keeps_its_state_on_the_shard_its_records_go_to() {
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("state-ehk"), 2).await;
+    let application = unique("state-ehk-app");
+    let shards = stream.shards().await;
+    let range = |i: usize| HashRange::parse(&shards[i].starting_hash_key, &shards[i].ending_hash_key).unwrap();
+    // A user whose MD5 is in the first shard's range, put on the second by its hash key.
+    let user = (0..).map(|i| format!("user-{i}")).find(|user| range(0).contains(user, None)).unwrap();
+    let purchases: Vec<String> = (1..=5).map(|cents| format!(r#"{{"cents": {cents}}}"#)).collect();
+    let records: Vec<(&[u8], &str)> = purchases.iter().map(|data| (data.as_bytes(), user.as_str())).collect();
+    stream.put_keyed(&shards[1].id, &records).await;
+    let mut worker = worker(&stream.name, &application, "worker-1", &[]);
+    worker.wait_for("the totals committed", LIMIT, |log| count_lines(log, "kcl_host::guest: committed 1 totals") >= 1).await;
+    let (exit, _) = worker.interrupt().await;
+    assert!(exit.success());
+    let items = state_items(&aws, &application, &stream.name).await;
+    let item = &items[&user];
+    assert_eq!((item.total, item.shard.as_str()), (15, shards[1].id.as_str()), "the state lives where the records went");
 }

@@ -3,7 +3,7 @@
 //! applications' do, and a table either made can be taken over by the other
 //! with its checkpoints.
 
-use super::fleet::{covers, delivered_set, put_all};
+use super::fleet::{covers, delivered_set, only_after_checkpoints_twice, put_all};
 use super::*;
 use kcl_testkit::java_kcl3;
 
@@ -185,4 +185,69 @@ async fn a_two_stream_table_passes_from_kcl_host_to_java_kcl_and_back_with_its_c
     assert_eq!(by_host.len() + by_java.len() + by_back.len(), all.len(), "each took over at the other's checkpoint: nothing twice");
     let keys: BTreeSet<String> = leases(&aws.dynamodb, &application).await.into_iter().map(|l| l.key.into()).collect();
     assert_eq!(keys.len(), 2, "one lease per stream, shared by both kinds: {keys:?}");
+}
+
+/// Two streams resharded at once — a split of one, a merge of the other —
+/// while GetRecords fails and is throttled now and then, and the worker is
+/// killed (-9) and replaced: every record of both streams is processed;
+/// each child's lease names its parents by its own stream's keys, and each
+/// parent reached `SHARD_END` before any child record was delivered; a
+/// record delivered twice was delivered by the killed worker after the
+/// checkpoint it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_streams_resharded_at_once_under_failing_reads_and_a_kill_keep_each_streams_lineage() {
+    use super::faults::{start_through, upstream};
+    use kcl_testkit::faults::{Fault, FaultProxy, Rule};
+
+    let aws = clients().await;
+    let (a, b) = (TestStream::create(&aws.kinesis, &unique("orders"), 2).await, TestStream::create(&aws.kinesis, &unique("refunds"), 2).await);
+    let application = unique("streams-reshard-app");
+    let both = format!("{},{}", a.name, b.name);
+    let proxy = FaultProxy::start(&upstream("KINESIS")).await;
+    let reads = |fault, times| Rule { operation: Some("GetRecords"), body_contains: None, fault, times: Some(times) };
+    proxy.set(vec![reads(Fault::Fail(500, "InternalFailure"), 4), reads(Fault::Fail(400, "ProvisionedThroughputExceededException"), 4)]);
+    let mut records = BTreeSet::new();
+    put_both(&a, &b, "before", &mut records).await;
+    let flags = ["--failover-time", "1s"];
+    let mut first = start_through(&proxy, "KINESIS", "counter", &both, &application, "worker-1", &flags);
+    first.wait_for("every record before the reshard", LIMIT, |log| covers(log, &[], &records)).await;
+
+    let a_parent = a.shards().await[0].id.clone();
+    a.split(&a_parent).await;
+    let b_parents: Vec<String> = b.shards().await.into_iter().map(|s| s.id).collect();
+    b.merge(&b_parents[0], &b_parents[1]).await;
+    put_both(&a, &b, "after", &mut records).await;
+    proxy.set(vec![reads(Fault::Fail(500, "InternalFailure"), 4), reads(Fault::Fail(400, "ProvisionedThroughputExceededException"), 4)]);
+    first.wait_for("a child's first record", LIMIT, |log| log.iter().any(|l| l.contains("kcl_host::guest: record ") && l.contains("after-"))).await;
+    let checkpoints: BTreeMap<String, Checkpoint> = leases(&aws.dynamodb, &application).await.into_iter().map(|l| (l.key.into(), l.checkpoint)).collect();
+    let before_kill = delivered(&first.kill().await);
+    let mut second = start_through(&proxy, "KINESIS", "counter", &both, &application, "worker-2", &flags);
+    second.wait_for("every record", LIMIT, |log| covers(log, &before_kill, &records)).await;
+
+    let by_second = second.delivered().await;
+    let counts = delivery_counts(before_kill.iter().chain(&by_second));
+    assert_eq!(delivered_set(&counts), records, "every record of both streams, none lost");
+    only_after_checkpoints_twice(&counts, &checkpoints);
+    assert!(proxy.counts().faulted >= 8, "the reads failed: {:?}", proxy.counts().faulted);
+
+    // Lineage, by the lease table: parents at SHARD_END, children naming them by their own stream's keys.
+    let table = leases(&aws.dynamodb, &application).await;
+    let key_of = |stream: &TestStream, shard: &str| table.iter().find(|l| stream_of(l.key.as_str()) == stream.name && l.key.shard_id() == shard).map(|l| l.key.to_string()).unwrap_or_else(|| panic!("no lease of {}/{shard}", stream.name));
+    let parents = [key_of(&a, &a_parent), key_of(&b, &b_parents[0]), key_of(&b, &b_parents[1])];
+    for parent in &parents {
+        assert_eq!(lease(&table, parent).checkpoint, Checkpoint::ShardEnd, "{parent}");
+    }
+    for child in table.iter().filter(|l| !l.parents.is_empty()) {
+        let stream = stream_of(child.key.as_str());
+        assert!(child.parents.iter().all(|p| stream_of(p) == stream && parents.contains(p)), "{} names {:?}", child.key, child.parents);
+    }
+    // In each worker's log, a child's first record after its parents' last.
+    for log in [&before_kill, &by_second] {
+        for child in table.iter().filter(|l| !l.parents.is_empty()) {
+            let Some(first) = log.iter().position(|d| d.shard == child.key.as_str()) else { continue };
+            assert!(!log[first..].iter().any(|d| child.parents.contains(&d.shard)), "a record of a parent of {} after the child's first", child.key);
+        }
+    }
+    let (exit, _) = second.interrupt().await;
+    assert!(exit.success());
 }

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::marker::PhantomData;
 
 use crate::bindings::exports::kcl::processor::record_processor::Guest;
+use crate::bindings::exports::kcl::processor::window;
 use crate::bindings::kcl::processor::types as wit;
 use crate::{Checkpointer, ProcessorError, RecordProcessor};
 
@@ -44,5 +45,11 @@ impl<P: RecordProcessor> Guest for Adapter<P> {
         let result = with_processor::<P>("shutdown", |p| p.shutdown(reason.into(), &CHECKPOINTER));
         PROCESSOR.set(None);
         result
+    }
+}
+
+impl<P: RecordProcessor> window::Guest for Adapter<P> {
+    fn close(window: window::WindowBounds, keys: Vec<String>) -> Result<(), wit::ProcessorError> {
+        with_processor::<P>("close", |p| p.close_window(window.into(), keys))
     }
 }

@@ -58,7 +58,7 @@ pub mod state;
 mod types;
 
 pub use checkpointer::{CheckpointError, Checkpointer};
-pub use types::{Batch, ProcessorError, Record, Records, ShardInfo, ShutdownReason};
+pub use types::{Batch, ProcessorError, Record, Records, ShardInfo, ShutdownReason, Window};
 
 /// Generated bindings for the `kcl:processor` world. Not a stable API: use
 /// the types at the crate root.
@@ -66,7 +66,8 @@ pub use types::{Batch, ProcessorError, Record, Records, ShardInfo, ShutdownReaso
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "guest",
+        // The guest world with the `window` export (`kcl-host run --window`).
+        world: "windowed-guest",
         generate_all,
         pub_export_macro: true,
         export_macro_name: "__export_processor_world",
@@ -96,6 +97,21 @@ pub trait RecordProcessor: Sized + 'static {
     fn shutdown(&mut self, reason: ShutdownReason, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
         let _ = (reason, checkpointer);
         Ok(())
+    }
+
+    /// With `kcl-host run --window`: `window` closed for this shard.
+    /// `keys` are the [`state`] keys changed while processing its records
+    /// (each once): read them, send results to an [`output`], and delete
+    /// what the next window should not see. The host writes the outputs and
+    /// commits the state changes once this returns `Ok`; an error (or a
+    /// crash) makes the close again, from the same state. Do not checkpoint
+    /// here: the host does. The default refuses, naming this method.
+    fn close_window(&mut self, window: Window, keys: Vec<String>) -> Result<(), ProcessorError> {
+        let _ = keys;
+        Err(ProcessorError::fatal(format!(
+            "window [{}, {}) closed, but this processor does not implement RecordProcessor::close_window",
+            window.start_ms, window.end_ms
+        )))
     }
 }
 

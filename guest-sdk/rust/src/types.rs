@@ -217,6 +217,25 @@ impl From<wit::ShutdownReason> for ShutdownReason {
     }
 }
 
+/// A tumbling window of arrival times (`kcl-host run --window 60s`),
+/// closing for this shard: see [`RecordProcessor::close_window`](crate::RecordProcessor::close_window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// The first millisecond in the window, since the Unix epoch.
+    pub start_ms: u64,
+    /// The first millisecond after it.
+    pub end_ms: u64,
+    /// Closed before its end because the shard ended (a split or a
+    /// merge); its children go on with the rest of the window.
+    pub shard_ended: bool,
+}
+
+impl From<crate::bindings::exports::kcl::processor::window::WindowBounds> for Window {
+    fn from(w: crate::bindings::exports::kcl::processor::window::WindowBounds) -> Self {
+        Window { start_ms: w.start_ms, end_ms: w.end_ms, shard_ended: w.shard_ended }
+    }
+}
+
 impl From<ProcessorError> for wit::ProcessorError {
     fn from(e: ProcessorError) -> Self {
         match e {

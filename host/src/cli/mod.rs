@@ -7,7 +7,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::Layer;
 
+mod operator;
 mod runtime;
+pub use operator::{AccountArgs, StateAction, StateArgs, StatusArgs};
 pub use runtime::RuntimeArgs;
 
 /// Consume Amazon Kinesis like the KCL does, with each shard's processor a
@@ -119,97 +121,6 @@ pub struct InitArgs {
     pub sdk: Option<PathBuf>,
 }
 
-/// `kcl-host status`.
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    /// Application name (the lease table).
-    #[arg(long, env = "KCL_HOST_APPLICATION")]
-    pub application: String,
-    /// Print JSON for scripts instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// Refresh every interval, like 2s, until interrupted.
-    #[arg(long)]
-    pub watch: Option<String>,
-    /// Also show how far each checkpoint is behind the shard's tip (reads Kinesis; a single-stream table needs --stream).
-    #[arg(long)]
-    pub lag: bool,
-    /// The stream of a single-stream table, for --lag (a multi-stream table's keys name theirs).
-    #[arg(long, env = "KCL_HOST_STREAM")]
-    pub stream: Option<String>,
-    /// A heartbeat older than this counts as stopped (the workers' --failover-time) [default: 10s].
-    #[arg(long, env = "KCL_HOST_FAILOVER_TIME", allow_hyphen_values = true)]
-    pub failover_time: Option<String>,
-    /// Where and as whom to call AWS.
-    #[command(flatten)]
-    pub aws: AccountArgs,
-}
-
-/// `kcl-host state`.
-#[derive(Debug, Args)]
-pub struct StateArgs {
-    /// What to read.
-    #[command(subcommand)]
-    pub action: StateAction,
-    /// Application name (the state table is <application>-KclHostState).
-    #[arg(long, env = "KCL_HOST_APPLICATION")]
-    pub application: String,
-    /// Where and as whom to call AWS.
-    #[command(flatten)]
-    pub aws: AccountArgs,
-}
-
-/// `kcl-host state get` or `dump`.
-#[derive(Debug, Subcommand)]
-pub enum StateAction {
-    /// One key's value.
-    Get {
-        /// The stream whose state it is.
-        #[arg(long, env = "KCL_HOST_STREAM")]
-        stream: String,
-        /// The key.
-        #[arg(long)]
-        key: String,
-    },
-    /// Every key (of one stream, with --stream), with the shard and checkpoint that wrote it.
-    Dump {
-        /// Only this stream's keys.
-        #[arg(long, env = "KCL_HOST_STREAM")]
-        stream: Option<String>,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-impl From<StateAction> for crate::state::command::StateRead {
-    fn from(action: StateAction) -> Self {
-        match action {
-            StateAction::Get { stream, key } => Self::Get { stream, key },
-            StateAction::Dump { stream, json } => Self::Dump { stream, json },
-        }
-    }
-}
-
-/// Which AWS account and region the table commands read; endpoints come
-/// from the standard chain (AWS_ENDPOINT_URL_*).
-#[derive(Debug, Args)]
-pub struct AccountArgs {
-    /// AWS region (else AWS_REGION or the profile's).
-    #[arg(long, env = "KCL_HOST_REGION")]
-    pub region: Option<String>,
-    /// AWS profile (else AWS_PROFILE).
-    #[arg(long, env = "KCL_HOST_PROFILE")]
-    pub profile: Option<String>,
-}
-
-impl AccountArgs {
-    /// These flags as the AWS settings.
-    pub fn settings(&self) -> crate::aws::AwsSettings {
-        crate::aws::AwsSettings { region: self.region.clone(), profile: self.profile.clone(), ..Default::default() }
-    }
-}
-
 /// `kcl-host run`. Settings left out here come from the config file, then defaults.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -272,6 +183,9 @@ pub struct RunArgs {
     /// Processor instances per shard, 1 to 64: records are routed by partition key (or explicit hash key), so each key's records are processed in order by one instance while other keys run beside it; the host then checkpoints where every record below is done, and --max-records is per call [default: 1].
     #[arg(long, env = "KCL_HOST_PARALLELISM")]
     pub parallelism: Option<usize>,
+    /// Tumbling windows of arrival time, e.g. 60s: the processor's window.close is called as each ends for its shard, and what it changes is committed like a checkpoint; needs --parallelism 1 [default: off].
+    #[arg(long, env = "KCL_HOST_WINDOW")]
+    pub window: Option<String>,
     /// How shards are read: polling (GetRecords) or fanout (enhanced fan-out,
     /// a stream consumer named after the application) [default: polling].
     #[arg(long, env = "KCL_HOST_RETRIEVAL")]
@@ -325,6 +239,7 @@ impl RunArgs {
             idle_time_between_reads: self.idle_time_between_reads.clone(),
             max_records: self.max_records,
             parallelism: self.parallelism,
+            window: self.window.clone(),
             retrieval: self.retrieval.clone(),
             admin_listen: self.admin_listen.clone(),
             swap_canary_batches: self.swap_canary_batches,

@@ -11,7 +11,7 @@ use crate::runtime::RuntimeConfig;
 /// Sandbox limits, shared by every command that runs a processor.
 #[derive(Debug, Args)]
 pub struct RuntimeArgs {
-    /// Most memory one processor instance may use, in MiB [default: 256].
+    /// Most memory one processor instance may use, in MiB; with --parallelism, all of a shard's instances together [default: 256].
     #[arg(long, env = "KCL_HOST_MEMORY_LIMIT_MIB")]
     pub memory_limit_mib: Option<usize>,
     /// Longest one processor call may run, like 30s or 500ms [default: 30s].

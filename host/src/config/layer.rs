@@ -50,6 +50,7 @@ pub struct Layer {
     pub idle_time_between_reads: Option<String>,
     pub max_records: Option<i32>,
     pub parallelism: Option<usize>,
+    pub window: Option<String>,
     pub retrieval: Option<String>,
     pub admin_listen: Option<String>,
     pub swap_canary_batches: Option<u32>,
@@ -98,7 +99,7 @@ impl Layer {
         merge!(
             application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, lease_renewal, fleet_heartbeat_reads, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records, parallelism, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
+            idle_time_between_reads, max_records, parallelism, window, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
             swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache, outputs,
             output_buffer_mib, allow_outbound, vars, max_retry_attempts, max_record_age, bisect_on_error, on_failure,
             retry_backoff

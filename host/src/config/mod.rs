@@ -16,12 +16,13 @@
 //! idle_time_between_reads = "1s"     # idleTimeBetweenReadsInMillis
 //! max_records = 10000                # maxRecords; per call with parallelism > 1
 //! parallelism = 1                    # instances per shard, in partition-key order (1 to 64)
+//! window = "60s"                     # tumbling windows of arrival time (window.close); off by default
 //! swap_canary_batches = 3            # hot swap: batches on one shard before the rest
 //! swap_rollback_after = 3            # failures of a new version that roll it back
 //! swap_buffer_mib = 256              # records kept (all shards) to deliver again after a swap
 //! swap_canary_input = "sample.jsonl" # records every new version must replay first
 //! watch = false                      # swap whenever the processor file changes
-//! memory_limit_mib = 256             # per processor instance
+//! memory_limit_mib = 256             # per processor instance (per shard with parallelism > 1)
 //! call_deadline = "30s"              # longest one processor call may run
 //! max_instances = 1000               # processor instances at once (caps max_leases)
 //! cache_dir = "/var/cache/kcl-host"  # compiled components
@@ -117,6 +118,8 @@ pub struct WorkerConfig {
     /// Instances processing each shard side by side, records of one key by
     /// one instance in order ([`MAX_PARALLELISM`] at most).
     pub parallelism: usize,
+    /// Tumbling windows' length (`--window`); none: no windows.
+    pub window: Option<Duration>,
     /// How shards are read.
     pub retrieval: Retrieval,
     /// Where `/metrics` and `/healthz` are served; off when `None`.
@@ -168,6 +171,14 @@ impl WorkerConfig {
                     "a shard runs 1 to {MAX_PARALLELISM} instances, and no more than max_instances ({}) allows",
                     runtime.max_instances
                 ),
+            });
+        }
+        let window = layer.window.as_deref().map(|w| duration("window", Some(w), Duration::ZERO)).transpose()?;
+        if let Some(window) = window.filter(|_| parallelism > 1) {
+            return Err(ConfigError::Invalid {
+                setting: "window",
+                value: format!("{window:?}"),
+                reason: "windows need one instance per shard: run with --parallelism 1".into(),
             });
         }
         let defaults = TakeSettings::default();
@@ -225,6 +236,7 @@ impl WorkerConfig {
                 )?,
             },
             parallelism,
+            window,
             retrieval: Retrieval::parse(layer.retrieval.as_deref())?,
             swap: {
                 let defaults = crate::swap::rollout::SwapSettings::default();

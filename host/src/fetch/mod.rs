@@ -124,7 +124,8 @@ impl Default for FetchSettings {
 /// What one successful read gave.
 #[derive(Debug)]
 pub struct Fetched {
-    /// In shard order, aggregates de-aggregated; empty only at the shard's end.
+    /// In shard order, aggregates de-aggregated; empty at the shard's end,
+    /// or when a read found no new records at the shard's tip.
     pub batch: Batch,
     /// Set when the shard is closed and fully read: its children.
     pub shard_end: Option<BTreeSet<String>>,
@@ -254,10 +255,11 @@ impl Fetcher {
             }
             self.iterator = output.next_shard_iterator;
             if batch.is_empty() && shard_end.is_none() {
-                if millis_behind_latest == 0 {
-                    self.next_call = Instant::now() + self.settings.idle_time_between_reads;
+                if millis_behind_latest > 0 {
+                    continue;
                 }
-                continue;
+                // At the tip: said once per idle read, which is the clock of `--window`.
+                self.next_call = Instant::now() + self.settings.idle_time_between_reads;
             }
             return Ok(Fetched { batch, shard_end, calls, throttles });
         }

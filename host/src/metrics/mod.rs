@@ -71,6 +71,7 @@ pub struct Metrics {
     call_seconds: Histograms,
     guest_errors: Family<ErrorLabels, Counter>,
     restarts: Family<ShardLabels, Counter>,
+    windows_closed: Family<ShardLabels, Counter>,
     policy: Family<PolicyLabels, Counter>,
     retry_attempts: Family<ShardLabels, Gauge>,
     checkpoints_written: Family<ShardLabels, Counter>,
@@ -124,6 +125,7 @@ impl Metrics {
             call_seconds: Family::new_with_constructor(call_histogram),
             guest_errors: Family::default(),
             restarts: Family::default(),
+            windows_closed: Family::default(),
             policy: Family::default(),
             retry_attempts: Family::default(),
             checkpoints_written: Family::default(),
@@ -162,6 +164,7 @@ impl Metrics {
         r.register("process_records_seconds", "Duration of process-records calls", metrics.call_seconds.clone());
         r.register("guest_errors", "Failed processor calls by kind", metrics.guest_errors.clone());
         r.register("instance_restarts", "Processor instances restarted from the last checkpoint", metrics.restarts.clone());
+        r.register("windows_closed", "Tumbling windows closed and committed (--window)", metrics.windows_closed.clone());
         r.register(
             "failure_policy",
             "What the failure policy did: calls retried or bisected, records sent to --on-failure (dead-letter) or skipped",

@@ -37,6 +37,7 @@ impl ShardMetrics {
             CallError::Fatal(_) => "fatal",
             CallError::FailedAt { .. } => "failed-at",
             CallError::OutputsUnwritten(_) => "outputs",
+            CallError::Uncommitted(_) => "uncommitted",
             CallError::Trap(_) => "trap",
             CallError::DeadlineExceeded(_) => "deadline",
             CallError::MemoryLimit(_) => "memory",
@@ -48,6 +49,11 @@ impl ShardMetrics {
     /// The shard's processor instance was restarted.
     pub fn restarted(&self) {
         self.metrics.restarts.get_or_create(&self.labels).inc();
+    }
+
+    /// A window's close was committed.
+    pub fn window_closed(&self) {
+        self.metrics.windows_closed.get_or_create(&self.labels).inc();
     }
 
     /// The failure policy did `action` once: `retry`, `bisect`, `dead-letter` or `skipped`.

@@ -266,7 +266,7 @@ pub async fn replay(
     let open = |last_checkpoint: Option<Position>| async {
         let keyed = KeyedState::new(state.clone(), None);
         let mut instance = processor
-            .instantiate_with_outputs(&shard.shard_id, Box::new(sink.clone()), Box::new(outputs.shard()), keyed, last_checkpoint)
+            .instantiate_with_outputs(&shard.shard_id, Box::new(sink.clone()), Box::new(outputs.shard()), keyed, last_checkpoint, None)
             .await
             .map_err(|e| ("instantiate", e))?;
         instance.initialize(&shard).await.map_err(|e| ("initialize", e))?;

@@ -15,6 +15,24 @@ pub(crate) mod v0_4 {
         exports: { default: async },
         additional_derives: [PartialEq],
     });
+
+    /// The `window` export of world `windowed-processor` (`--window`); its
+    /// imports are the processor's, above.
+    pub(crate) mod windowed {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: "windowed-processor",
+            imports: { default: async | trappable },
+            exports: { default: async },
+            with: {
+                "kcl:processor/types": super::kcl::processor::types,
+                "kcl:processor/checkpointer": super::kcl::processor::checkpointer,
+                "kcl:processor/log": super::kcl::processor::log,
+                "kcl:processor/output": super::kcl::processor::output,
+                "kcl:processor/state": super::kcl::processor::state,
+            },
+        });
+    }
 }
 
 /// `kcl:processor@0.3.0`, frozen in `wit/v0.3/`: 0.4 without `state`, so

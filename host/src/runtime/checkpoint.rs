@@ -64,6 +64,7 @@ impl Checkpoints {
     /// Notes a batch about to be delivered.
     pub(crate) fn delivering(&mut self, batch: &Batch) {
         self.in_call = (!batch.is_empty()).then(|| batch.positions());
+        self.state.placing(batch);
     }
 
     /// The `process-records` call ended: `ok` says whether its batch is processed.
@@ -122,6 +123,24 @@ impl Checkpoints {
             Ok(position) => self.checkpoint_at(position).await,
             Err(e) => Err(CheckpointError::InvalidSequenceNumber(e.to_string())),
         }
+    }
+
+    /// Commits the state changes made since the last checkpoint with that
+    /// same checkpoint, even when there are none: the sink may have its own
+    /// changes to commit (a window's close).
+    pub(crate) async fn commit_again(&mut self) -> Result<(), CheckpointError> {
+        if self.lease_lost {
+            return Err(CheckpointError::LeaseLost);
+        }
+        let Some(position) = self.last_checkpoint.clone() else {
+            return Err(CheckpointError::InvalidSequenceNumber("nothing was checkpointed yet, so there is nothing to commit again".into()));
+        };
+        if let Err(e) = self.outputs.flush().await {
+            return Err(CheckpointError::Unavailable(format!("the outputs could not be written, so the checkpoint was not: {e}")));
+        }
+        self.sink.checkpoint(position, self.state.pending()).await?;
+        self.state.committed();
+        Ok(())
     }
 
     /// A checkpoint at a record already delivered.

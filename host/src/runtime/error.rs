@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::CheckpointError;
+
 /// Why a call into a processor failed. Only the shard it serves is affected.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
 pub enum CallError {
@@ -24,13 +26,17 @@ pub enum CallError {
     DeadlineExceeded(Duration),
     /// The processor tried to grow its memory past the cap.
     #[error(
-        "processor needed more memory than its limit of {} MiB and was stopped; if it needs more, \
-         raise --memory-limit-mib", .0 >> 20
+        "processor needed more memory than its limit of {} MiB (with --parallelism, the limit of all the \
+         shard's instances together) and was stopped; if it needs more, raise --memory-limit-mib", .0 >> 20
     )]
     MemoryLimit(usize),
     /// The processor trapped (a panic, an `unreachable`, a bad memory access...).
     #[error("processor trapped: {0}")]
     Trap(String),
+    /// The call succeeded, but its state changes could not be committed
+    /// (`window.close`): they are dropped, and the call is made again.
+    #[error("what the call changed could not be committed: {0:?}")]
+    Uncommitted(CheckpointError),
     /// The caller withdrew the call while it ran (see
     /// [`ShardInstance::withdraw_when`](super::ShardInstance::withdraw_when));
     /// its result would not have been used.
@@ -42,7 +48,7 @@ impl CallError {
     /// Whether the same instance may be called again (the processor itself
     /// returned the error); after any other error the instance is unusable.
     pub fn instance_survives(&self) -> bool {
-        matches!(self, CallError::Retryable(_) | CallError::Fatal(_) | CallError::FailedAt { .. } | CallError::OutputsUnwritten(_))
+        matches!(self, CallError::Retryable(_) | CallError::Fatal(_) | CallError::FailedAt { .. } | CallError::OutputsUnwritten(_) | CallError::Uncommitted(_))
     }
 
     /// The error in one line: a trap's cause without its wasm backtrace
@@ -62,6 +68,6 @@ impl CallError {
     /// A withdrawn call or outputs that could not be written are not the
     /// input's fault.
     pub fn is_processing_failure(&self) -> bool {
-        !matches!(self, CallError::Withdrawn | CallError::OutputsUnwritten(_))
+        !matches!(self, CallError::Withdrawn | CallError::OutputsUnwritten(_) | CallError::Uncommitted(_))
     }
 }

@@ -7,7 +7,7 @@ use wasmtime::Store;
 
 use super::contract::Exports;
 use super::store::{Limits, ShardState};
-use super::{CallError, CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
+use super::{CallError, CheckpointError, ProcessorError, ShardInfo, ShutdownReason, WindowBounds};
 use crate::records::Batch;
 
 /// A processor instance bound to one shard; made by
@@ -16,7 +16,8 @@ pub struct ShardInstance {
     store: Store<ShardState>,
     processor: Exports,
     limits: Limits,
-    /// Set once a call trapped: wasmtime forbids entering the instance again.
+    /// Set once a call trapped (wasmtime forbids entering the instance
+    /// again), or the instance was retired.
     poisoned: bool,
 }
 
@@ -69,6 +70,29 @@ impl ShardInstance {
         checkpoints.checkpoint_last().await
     }
 
+    /// Calls `window.close` with the window and the keys changed in it,
+    /// then writes what it sent and commits its state changes at the last
+    /// checkpoint (the caller checkpointed every record of the window
+    /// first). A failure drops both: the close is made again from the
+    /// same state.
+    pub async fn close_window(&mut self, window: WindowBounds, keys: &[String]) -> Result<(), CallError> {
+        self.begin_call()?;
+        self.store.data_mut().checkpoints.state.admit(keys);
+        let result = self.processor.close_window(&mut self.store, window, keys).await;
+        let result = self.finish_call(result);
+        self.flush_outputs(result).await?;
+        self.store.data_mut().checkpoints.commit_again().await.map_err(|e| {
+            self.store.data_mut().checkpoints.state.discard();
+            CallError::Uncommitted(e)
+        })
+    }
+
+    /// Checkpoints the last record processed (the host's own checkpoint:
+    /// before a window closes). Nothing new delivered: nothing written.
+    pub async fn checkpoint(&mut self) -> Result<(), CheckpointError> {
+        self.store.data_mut().checkpoints.checkpoint_last().await
+    }
+
     /// Calls `shutdown`. After `lease-lost` every checkpoint is refused, even
     /// one made during this call.
     pub async fn shutdown(&mut self, reason: ShutdownReason) -> Result<(), CallError> {
@@ -109,6 +133,15 @@ impl ShardInstance {
     /// the call fails with [`CallError::Withdrawn`] and the instance is spent.
     pub fn withdraw_when(&mut self, withdrawn: Arc<dyn Fn() -> bool + Send + Sync>) {
         self.store.data_mut().withdrawn = Some(withdrawn);
+    }
+
+    /// Ends the instance for good: no call enters it again, and the memory
+    /// it counted against a [`SharedMemory`](super::SharedMemory) is given
+    /// back now rather than when it is dropped, so a successor can start
+    /// beside it.
+    pub fn retire(&mut self) {
+        self.poisoned = true;
+        self.store.data_mut().release_shared_memory();
     }
 
     /// Refuses every checkpoint from now on: the caller no longer holds the lease.

@@ -48,7 +48,9 @@ pub use metadata::ComponentMetadata;
 pub use outbound::OutboundPolicy;
 pub use output::{NoOutputs, OutputFuture, OutputRecords, OutputSink, SendError};
 pub use processor::{LoadError, Processor};
-pub use state::{KeyedState, StateChanges, StateError, StateFuture, StateSource, MAX_CHANGED_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use store::SharedMemory;
+pub use state::{KeyedState, StateChanges, StateError, StateFuture, StateSource, HOST_KEY_PREFIX, MAX_CHANGED_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use bindings::v0_4::windowed::exports::kcl::processor::window::WindowBounds;
 
 /// How often the epoch advances: a running guest yields to the async
 /// runtime, and its call deadline is checked, once per tick.

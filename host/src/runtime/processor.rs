@@ -15,7 +15,7 @@ use super::guest_log::Speaker;
 use super::metadata::ComponentMetadata;
 use super::output::{NoOutputs, OutputSink};
 use super::state::KeyedState;
-use super::store::{self, Limits, NoCheckpoints};
+use super::store::{self, Limits, NoCheckpoints, SharedMemory};
 use super::{cache, CallError, Runtime, ShardInfo, ShardInstance, ShutdownReason};
 use crate::records::Position;
 
@@ -153,12 +153,14 @@ impl Processor {
         last_checkpoint: Option<Position>,
     ) -> Result<ShardInstance, CallError> {
         let state = KeyedState::unavailable("this instance has no state: it was started without any");
-        self.instantiate_with_outputs(shard, sink, Box::new(NoOutputs), state, last_checkpoint).await
+        self.instantiate_with_outputs(shard, sink, Box::new(NoOutputs), state, last_checkpoint, None).await
     }
 
     /// Like [`Processor::instantiate`], with what it sends going to `outputs`
-    /// (flushed before each checkpoint and at the end of each call) and its
-    /// state in `state` (committed with each checkpoint).
+    /// (flushed before each checkpoint and at the end of each call), its
+    /// state in `state` (committed with each checkpoint), and its memory
+    /// counted against `shared` too when it is given (a shard's instances
+    /// with `--parallelism`).
     pub async fn instantiate_with_outputs(
         &self,
         shard: &str,
@@ -166,10 +168,11 @@ impl Processor {
         outputs: Box<dyn OutputSink>,
         state: KeyedState,
         last_checkpoint: Option<Position>,
+        shared: Option<Arc<SharedMemory>>,
     ) -> Result<ShardInstance, CallError> {
         let runtime = &self.inner.runtime;
         let speaker = Speaker { shard: shard.into(), processor: self.describe().into() };
-        let mut store = store::new_store(runtime, speaker, sink, outputs, state, last_checkpoint);
+        let mut store = store::new_store(runtime, speaker, sink, outputs, state, last_checkpoint, shared);
         let limits = Limits::of(runtime);
         match self.inner.pre.instantiate(&mut store).await {
             Ok(exports) => Ok(ShardInstance::new(store, exports, limits)),
@@ -206,6 +209,21 @@ impl Processor {
     /// The `kcl:processor` contract version the component implements.
     pub fn contract_version(&self) -> &'static str {
         self.inner.pre.version()
+    }
+
+    /// Refuses a processor that cannot be run with `--window`: one that
+    /// does not export `kcl:processor/window@0.4.0`.
+    pub fn check_closes_windows(&self) -> Result<(), String> {
+        if self.inner.pre.closes_windows() {
+            return Ok(());
+        }
+        Err(format!(
+            "processor {} does not export `{}` (contract {}), so it cannot be run with --window; \
+             implement `RecordProcessor::close_window` with the Rust SDK (kcl-guest) and rebuild, or run without --window",
+            self.describe(),
+            contract::WINDOW_EXPORT,
+            self.contract_version()
+        ))
     }
 }
 

@@ -6,13 +6,14 @@
 //! Where committed values come from is the caller's [`StateSource`]: the
 //! state table in `kcl-host run`, a map in `kcl-host replay`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 pub use super::bindings::v0_4::kcl::processor::state::StateError;
 use crate::records::kpl::{hash_key, HashRange};
+use crate::records::Batch;
 
 /// Longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -24,6 +25,9 @@ pub const MAX_VALUE_BYTES: usize = 390_000;
 /// (Changes beyond one DynamoDB transaction are committed through a log:
 /// `lease::state_log`.)
 pub const MAX_CHANGED_BYTES: usize = 64 << 20;
+/// Keys starting with this are the host's (a window's index); a
+/// processor's are refused.
+pub const HOST_KEY_PREFIX: &str = "~kcl/";
 /// Most bytes of committed values an instance keeps cached.
 const CACHE_BYTES: usize = 16 << 20;
 
@@ -55,6 +59,13 @@ pub struct KeyedState {
     cache: Cache,
     pending: StateChanges,
     pending_bytes: usize,
+    /// The partition keys of the batch being delivered (its column and
+    /// ends): a key whose records came to this shard belongs to it, even
+    /// when its MD5 hash says otherwise — they were put with an explicit
+    /// hash key, which GetRecords does not return.
+    batch_keys: (String, Vec<u32>),
+    /// Keys taken without a check: a closing window's (checked when first changed).
+    admitted: HashSet<String>,
 }
 
 impl KeyedState {
@@ -69,7 +80,35 @@ impl KeyedState {
     }
 
     fn with_access(access: Result<(Arc<dyn StateSource>, Option<HashRange>), String>) -> Self {
-        Self { access, cache: Cache::default(), pending: StateChanges::new(), pending_bytes: 0 }
+        Self { access, cache: Cache::default(), pending: StateChanges::new(), pending_bytes: 0, batch_keys: Default::default(), admitted: HashSet::new() }
+    }
+
+    /// Notes the batch about to be delivered: its records' partition keys
+    /// are this shard's keys.
+    pub(crate) fn placing(&mut self, batch: &Batch) {
+        self.admitted.clear();
+        if self.access.is_err() {
+            return;
+        }
+        let (keys, ends) = &mut self.batch_keys;
+        keys.clone_from(&batch.partition_keys);
+        ends.clone_from(&batch.partition_key_ends);
+    }
+
+    /// Whether `key` is the partition key of a record of the batch being delivered.
+    fn in_batch(&self, key: &str) -> bool {
+        let (keys, ends) = &self.batch_keys;
+        let mut start = 0;
+        ends.iter().any(|&end| {
+            let found = keys.get(start..end as usize) == Some(key);
+            start = end as usize;
+            found
+        })
+    }
+
+    /// Takes `keys` without checking where they belong: a closing window's.
+    pub(crate) fn admit(&mut self, keys: &[String]) {
+        self.admitted = keys.iter().cloned().collect();
     }
 
     /// The values of `keys`: this instance's changes, else the cache, else
@@ -79,7 +118,7 @@ impl KeyedState {
         // A key in memory was checked when it first came: only new ones are hashed.
         let missing: Vec<String> = keys.iter().filter(|k| !self.knows(k)).cloned().collect();
         for key in &missing {
-            check_key(key, range.as_ref())?;
+            self.check(key, range.as_ref())?;
         }
         source.served_from_memory(keys.len() - missing.len());
         if !missing.is_empty() {
@@ -95,7 +134,7 @@ impl KeyedState {
     pub(crate) fn change(&mut self, key: String, value: Option<Vec<u8>>) -> Result<(), StateError> {
         let (_, range) = self.access.as_ref().map_err(|reason| StateError::Unavailable(reason.clone()))?;
         if !self.knows(&key) {
-            check_key(&key, range.as_ref())?;
+            self.check(&key, range.as_ref())?;
         }
         let size = value.as_ref().map_or(0, Vec::len);
         if size > MAX_VALUE_BYTES {
@@ -118,6 +157,28 @@ impl KeyedState {
         self.pending.contains_key(key) || self.cache.has(key)
     }
 
+    /// Refuses a key that is empty, too long, the host's, or does not
+    /// belong to the shard: by its MD5 hash, or because records of that key
+    /// are in the batch being delivered (put with an explicit hash key).
+    fn check(&self, key: &str, range: Option<&HashRange>) -> Result<(), StateError> {
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            return Err(StateError::TooLarge(format!("a key has 1 to {MAX_KEY_BYTES} bytes; this one has {}", key.len())));
+        }
+        if key.starts_with(HOST_KEY_PREFIX) {
+            return Err(StateError::NotThisShard(format!("the key `{key}` starts with `{HOST_KEY_PREFIX}`, which is kept for the host's own keys; use another key")));
+        }
+        match range {
+            Some(range) if !range.contains(key, None) && !self.admitted.contains(key) && !self.in_batch(key) => Err(StateError::NotThisShard(format!(
+                "the key `{key}` hashes to {}, outside this shard's hash-key range {}..={}: \
+                 a key's state lives with the shard its records go to (use the record's partition key)",
+                hash_key(key, None),
+                range.start,
+                range.end
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The changes the next checkpoint commits.
     pub(crate) fn pending(&self) -> &StateChanges {
         &self.pending
@@ -135,23 +196,6 @@ impl KeyedState {
     pub(crate) fn discard(&mut self) {
         self.pending.clear();
         self.pending_bytes = 0;
-    }
-}
-
-/// Refuses a key that is empty, too long, or does not belong to the shard.
-fn check_key(key: &str, range: Option<&HashRange>) -> Result<(), StateError> {
-    if key.is_empty() || key.len() > MAX_KEY_BYTES {
-        return Err(StateError::TooLarge(format!("a key has 1 to {MAX_KEY_BYTES} bytes; this one has {}", key.len())));
-    }
-    match range {
-        Some(range) if !range.contains(key, None) => Err(StateError::NotThisShard(format!(
-            "the key `{key}` hashes to {}, outside this shard's hash-key range {}..={}: \
-             a key's state lives with the shard its records go to (use the record's partition key)",
-            hash_key(key, None),
-            range.start,
-            range.end
-        ))),
-        _ => Ok(()),
     }
 }
 
@@ -258,7 +302,17 @@ mod tests {
         state.change(inside, Some(vec![1])).unwrap();
         let refused = state.change(outside.clone(), Some(vec![1])).unwrap_err();
         assert!(matches!(&refused, StateError::NotThisShard(m) if m.contains(&outside) && m.contains("..=")), "{refused:?}");
-        assert!(matches!(state.get_many(&[outside]).await, Err(StateError::NotThisShard(_))));
+        assert!(matches!(state.get_many(std::slice::from_ref(&outside)).await, Err(StateError::NotThisShard(_))));
+        // Its records came to this shard (put with an explicit hash key), so its state is this shard's.
+        let placed: Batch = [crate::records::Record { data: b"", partition_key: &outside, sequence_number: "1", sub_sequence_number: None, arrival_timestamp_ms: 0, explicit_hash_key: None }].into_iter().collect();
+        state.placing(&placed);
+        state.change(outside.clone(), Some(vec![2])).unwrap();
+        state.placing(&Batch::default());
+        state.admit(std::slice::from_ref(&outside));
+        state.discard();
+        assert!(state.get_many(&[outside]).await.is_ok(), "a closing window's keys are taken as they are");
+        let host_key = KeyedState::new(Arc::new(Map::default()), None).change("~kcl/window/x/0".into(), None);
+        assert!(matches!(host_key, Err(StateError::NotThisShard(m)) if m.contains("kept for the host")));
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 //! with nothing granted, a memory cap, a deadline per call (epoch
 //! interruption), and a way to withdraw a running call.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,22 +40,88 @@ pub(crate) struct ShardState {
     was_withdrawn: bool,
 }
 
-/// [`StoreLimits`], remembering whether it refused a memory growth so a
-/// resulting trap can be reported as what it is.
+/// Memory that several instances share — a shard's with `--parallelism`:
+/// what any of them grows counts against one limit, and what an instance
+/// held is given back when it is dropped.
+#[derive(Debug)]
+pub struct SharedMemory {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl SharedMemory {
+    /// `limit` bytes for all the instances together.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self { limit, used: AtomicUsize::new(0) })
+    }
+
+    /// Bytes the instances hold now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Takes `bytes` if they fit under the limit.
+    fn take(&self, bytes: usize) -> bool {
+        self.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|total| *total <= self.limit)).is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// [`StoreLimits`], and the [`SharedMemory`] the instance counts against
+/// if any, remembering whether it refused a memory growth so a resulting
+/// trap can be reported as what it is.
 struct MemoryCap {
     limits: StoreLimits,
     refused: bool,
+    /// The shared budget, what this instance took from it, and its last
+    /// growth (given back if the growth then fails).
+    shared: Option<(Arc<SharedMemory>, usize, usize)>,
 }
 
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        let mut allowed = self.limits.memory_growing(current, desired, maximum)?;
+        if let Some((shared, taken, last)) = self.shared.as_mut().filter(|_| allowed) {
+            let growth = desired.saturating_sub(current);
+            allowed = shared.take(growth);
+            if allowed {
+                (*taken, *last) = (*taken + growth, growth);
+            }
+        }
         self.refused |= !allowed;
         Ok(allowed)
     }
 
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        if let Some((shared, taken, last)) = self.shared.as_mut() {
+            let last = std::mem::take(last);
+            shared.give_back(last);
+            *taken -= last;
+        }
+        self.limits.memory_grow_failed(error)
+    }
+
     fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
         self.limits.table_growing(current, desired, maximum)
+    }
+}
+
+impl MemoryCap {
+    /// Gives back what this instance took from the shared budget, and
+    /// counts nothing more against it.
+    fn release(&mut self) {
+        if let Some((shared, taken, _)) = self.shared.take() {
+            shared.give_back(taken);
+        }
+    }
+}
+
+impl Drop for MemoryCap {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -71,6 +138,11 @@ impl WasiHttpView for ShardState {
 }
 
 impl ShardState {
+    /// See [`ShardInstance::retire`](super::ShardInstance::retire).
+    pub(super) fn release_shared_memory(&mut self) {
+        self.memory.release();
+    }
+
     /// At every epoch tick and host call: stops a call that was withdrawn,
     /// so a guest cannot act (log a record, checkpoint) once its result is
     /// unwanted.
@@ -98,6 +170,7 @@ pub(super) fn new_store(
     outputs: Box<dyn OutputSink>,
     state: KeyedState,
     last_checkpoint: Option<Position>,
+    shared: Option<Arc<SharedMemory>>,
 ) -> Store<ShardState> {
     let config = runtime.config();
     // The builder's defaults are the sandbox: no preopened directories,
@@ -110,6 +183,7 @@ pub(super) fn new_store(
     let memory = MemoryCap {
         limits: StoreLimitsBuilder::new().memory_size(config.memory_limit).build(),
         refused: false,
+        shared: shared.map(|shared| (shared, 0, 0)),
     };
     let state = ShardState {
         speaker,

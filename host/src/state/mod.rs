@@ -20,12 +20,17 @@
 //! | `shard`      | the shard whose checkpoint wrote it                    |
 //! | `checkpoint` | that checkpoint's sequence number                      |
 //!
+//! With `--window`, the open window's index (the keys its records changed)
+//! is kept in host items of the same table: see [`WindowIndex`].
+//!
 //! A key belongs to the shard whose hash-key range holds its MD5 hash (the
 //! runtime refuses others), so one instance at a time writes a key: a
 //! shard's children start only after it reached `SHARD_END`.
 
 pub mod command;
 mod table;
+mod window;
 
 pub use crate::lease::state_commit::StateCommit;
 pub use table::{state_table_name, ShardStateSource, StateItem, StateTable};
+pub use window::WindowIndex;

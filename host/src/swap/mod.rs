@@ -43,6 +43,8 @@ pub struct Swapper {
     settled: std::sync::Mutex<Version>,
     /// The version on trial (on its canary or on probation), if any.
     trial: std::sync::Mutex<Option<String>>,
+    /// `--window`: a new version must close windows too.
+    closes_windows: bool,
 }
 
 impl Swapper {
@@ -51,7 +53,12 @@ impl Swapper {
         let source = canonical(source);
         let settled = std::sync::Mutex::new(version(&processor, &source));
         let known = std::sync::Mutex::new(vec![(processor.clone(), source)]);
-        Self { runtime, canary_input: None, canary_outputs: None, offers: watch::channel(processor).0, known, settled, trial: Default::default() }
+        Self { runtime, canary_input: None, canary_outputs: None, offers: watch::channel(processor).0, known, settled, trial: Default::default(), closes_windows: false }
+    }
+
+    /// With `windows` (`--window`), a new version that cannot close windows is refused.
+    pub fn closing_windows(self, windows: bool) -> Self {
+        Self { closes_windows: windows, ..self }
     }
 
     /// Every new version must first replay `records` (its whole lifecycle,
@@ -164,6 +171,9 @@ impl Swapper {
 
     /// A test `initialize`, and the canary input's replay when there is one.
     async fn check(&self, candidate: &Processor) -> Result<(), String> {
+        if self.closes_windows {
+            candidate.check_closes_windows()?;
+        }
         candidate.check_initialize().await.map_err(|e| format!("its initialize failed in a test instance: {e}"))?;
         let Some(records) = &self.canary_input else { return Ok(()) };
         let shard = ShardInfo::new("swap-canary-input", "swap-canary-input");

@@ -24,6 +24,9 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     let shutdown = shutdown_signal();
     let runtime = Runtime::new(config.runtime.clone()).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
+    if config.window.is_some() {
+        processor.check_closes_windows()?;
+    }
     let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
     let region = clients.kinesis.config().region().map(ToString::to_string).unwrap_or_default();
     let streams: Vec<String> = config.streams.iter().map(|s| format!("`{}` (new shards from {:?})", s.name, s.initial_position)).collect();
@@ -39,7 +42,7 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     );
     let aws = config.aws.clone();
     let requests = clients.requests.clone();
-    let mut swapper = Swapper::new(runtime.clone(), processor, &args.processor);
+    let mut swapper = Swapper::new(runtime.clone(), processor, &args.processor).closing_windows(config.window.is_some());
     if let Some(path) = &config.swap_canary_input {
         let file = File::open(path).map_err(|e| format!("cannot open --swap-canary-input `{}`: {e}", path.display()))?;
         let records = replay::read_records(BufReader::new(file)).map_err(|e| format!("--swap-canary-input {}: {e}", path.display()))?;

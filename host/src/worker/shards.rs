@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::in_flight::InFlightBoard;
 use super::redelivery::Budget;
-use super::shard_loop::{OpenReader, Outcome, ShardLoop};
+use super::shard_loop::{OpenReader, Outcome, ShardLoop, Windows};
 use crate::fanout::{KinesisSubscriptions, Subscriber};
 use crate::fetch::{self, FetchSettings, Fetcher, Prefetch, StartingPosition};
 use crate::lease::coordinator::{HeldLease, TakePass};
@@ -26,7 +26,7 @@ use crate::failure::{DeadLetters, FailureSettings};
 use crate::output::Outputs;
 use crate::state::StateTable;
 use crate::records::kpl::HashRange;
-use crate::runtime::Processor;
+use crate::runtime::{Processor, SharedMemory};
 use crate::shard::InitialPosition;
 use crate::stream::Streams;
 use crate::swap::rollout::{self, CallReport, Rollout};
@@ -91,6 +91,10 @@ pub(super) struct Template {
     pub(super) in_flight: Arc<InFlightBoard>,
     /// Most records one call is given (`--max-records`).
     pub(super) call_records: usize,
+    /// Tumbling windows' length (`--window`).
+    pub(super) window: Option<Duration>,
+    /// What the instances of one shard may use together (`--memory-limit-mib`).
+    pub(super) memory_limit: usize,
 }
 
 /// How far from its share the last take pass left this worker.
@@ -174,6 +178,8 @@ impl ShardLoops {
             parallelism: self.template.parallelism,
             in_flight: self.template.in_flight.clone(),
             call_records: self.template.call_records,
+            windows: Windows::new(self.template.window, held.key().shard_id()),
+            memory: (self.template.parallelism > 1).then(|| SharedMemory::new(self.template.memory_limit)),
         };
         let key = held.key().to_owned();
         let ended = self.ended.clone();

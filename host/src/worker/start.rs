@@ -113,6 +113,8 @@ impl Worker {
             parallelism: config.parallelism,
             in_flight,
             call_records: config.fetch.max_records as usize,
+            window: config.window,
+            memory_limit: config.runtime.memory_limit,
         };
         let shards = ShardLoops::new(template, rollout, ended_tx, reports_tx);
 

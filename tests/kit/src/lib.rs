@@ -158,6 +158,12 @@ impl TestStream {
     /// Every record of the stream, read from the oldest: (shard, sequence
     /// number, partition key, data), each shard in order.
     pub async fn read_all(&self) -> Vec<StreamRecord> {
+        self.read_all_arrivals().await.into_iter().map(|(record, _)| record).collect()
+    }
+
+    /// [`Self::read_all`], each record with its approximate arrival
+    /// timestamp (milliseconds since the Unix epoch).
+    pub async fn read_all_arrivals(&self) -> Vec<(StreamRecord, i64)> {
         use aws_sdk_kinesis::types::ShardIteratorType;
         let mut all = Vec::new();
         for shard in self.shards().await {
@@ -174,12 +180,14 @@ impl TestStream {
             while let Some(it) = iterator {
                 let page = self.kinesis.get_records().shard_iterator(it).limit(10_000).send().await.expect("GetRecords");
                 for r in page.records() {
-                    all.push(StreamRecord {
+                    let record = StreamRecord {
                         shard: shard.id.clone(),
                         sequence_number: r.sequence_number().to_owned(),
                         partition_key: r.partition_key().unwrap_or_default().to_owned(),
                         data: String::from_utf8_lossy(r.data().as_ref()).into_owned(),
-                    });
+                    };
+                    let arrival = r.approximate_arrival_timestamp().and_then(|t| t.to_millis().ok()).unwrap_or_default();
+                    all.push((record, arrival));
                 }
                 if page.records().is_empty() && page.millis_behind_latest().unwrap_or(0) == 0 {
                     break;
@@ -241,4 +249,17 @@ pub async fn write_leases(dynamodb: &aws_sdk_dynamodb::Client, table: &str, rows
 /// Every lease in an application's table.
 pub async fn leases(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<Lease> {
     DynamoStore::new(dynamodb.clone(), table).list().await.expect("reading the lease table")
+}
+
+/// Creates an on-demand table keyed by `keys`: the hash key, then the
+/// range key if there is one (each a name and its type).
+pub async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, table: &str, keys: &[(&str, aws_sdk_dynamodb::types::ScalarAttributeType)]) {
+    use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType};
+    let mut create = dynamodb.create_table().table_name(table).billing_mode(BillingMode::PayPerRequest);
+    for ((name, kind), role) in keys.iter().zip([KeyType::Hash, KeyType::Range]) {
+        create = create
+            .attribute_definitions(AttributeDefinition::builder().attribute_name(*name).attribute_type(kind.clone()).build().expect("complete"))
+            .key_schema(KeySchemaElement::builder().attribute_name(*name).key_type(role).build().expect("complete"));
+    }
+    create.send().await.expect("CreateTable");
 }

@@ -158,9 +158,14 @@ impl KclHost {
         (status, log)
     }
 
-    /// Kills the process at once, as a crash would.
-    pub async fn kill(mut self) {
+    /// Kills the process at once, as a crash would; returns what it logged
+    /// (every line it wrote before it died).
+    pub async fn kill(mut self) -> Vec<String> {
         self.child.kill().await.expect("kill");
+        for reader in self.readers.drain(..) {
+            reader.await.expect("log reader");
+        }
+        self.log().await
     }
 }
 

@@ -16,7 +16,7 @@ use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::records::{Batch, Position};
 use crate::runtime::{CallError, CheckpointError, CheckpointFuture, CheckpointSink, KeyedState, Processor, StateChanges};
-use crate::state::{ShardStateSource, StateCommit, StateTable};
+use crate::state::{ShardStateSource, StateCommit, StateTable, WindowIndex};
 use crate::swap::rollout::CallReport;
 
 /// What the failure policy's delivery loop counts, logs and waits on for a shard.
@@ -84,12 +84,22 @@ pub(super) struct LeaseSink<S> {
     /// Where state changes are committed, and the shard's stream.
     pub(super) state: Arc<StateTable>,
     pub(super) stream: String,
+    /// With `--window`: the open window's index, committed beside the state.
+    pub(super) window: Option<Arc<StdMutex<WindowIndex>>>,
 }
 
 impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
-    fn checkpoint<'a>(&'a mut self, position: Position, state: &'a StateChanges) -> CheckpointFuture<'a> {
+    fn checkpoint<'a>(&'a mut self, position: Position, changes: &'a StateChanges) -> CheckpointFuture<'a> {
         Box::pin(async move {
             let checkpoint = Checkpoint::At(position.clone());
+            let index = self.window.as_ref().map(|window| window.lock().expect("not poisoned").commit_items(changes)).unwrap_or_default();
+            let merged: StateChanges;
+            let state = if index.is_empty() {
+                changes
+            } else {
+                merged = changes.iter().map(|(k, v)| (k.clone(), v.clone())).chain(index).collect();
+                &merged
+            };
             let written = if state.is_empty() {
                 self.held.checkpoint(checkpoint, &BTreeSet::new()).await
             } else {
@@ -109,6 +119,9 @@ impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
             };
             self.metrics.checkpoint(written.is_ok());
             if written.is_ok() {
+                if let Some(window) = &self.window {
+                    window.lock().expect("not poisoned").committed();
+                }
                 *self.checkpointed.lock().expect("not poisoned") = Some(position);
             }
             written.map_err(|e| match e {

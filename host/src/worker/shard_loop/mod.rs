@@ -13,12 +13,15 @@ use tokio::sync::{mpsc, watch};
 mod end;
 mod hooks;
 mod parallel;
+mod replace;
 mod start;
+mod window;
 
 use super::in_flight::InFlightBoard;
 use super::redelivery::{Budget, Unacknowledged};
 use hooks::{LeaseSink, ShardHooks};
 use start::{starting_position, Start};
+pub use window::Windows;
 use crate::aws::AwsError;
 use crate::failure::retrying::RetryBoard;
 use crate::failure::{self, deliver::Delivery, DeadLetters, Delivered, FailurePolicy, FailureSettings};
@@ -30,7 +33,7 @@ use crate::output::Outputs;
 use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
 use crate::state::StateTable;
-use crate::runtime::{CheckpointSink, Processor, ShardInfo, ShardInstance, ShutdownReason};
+use crate::runtime::{CheckpointSink, Processor, ShardInfo, ShardInstance, SharedMemory};
 use crate::swap::rollout::CallReport;
 
 /// Opens a shard's reader for each attempt: Kinesis (GetRecords or
@@ -94,6 +97,11 @@ pub struct ShardLoop<S> {
     pub call_records: usize,
     /// The worker's parallel shards' calls in flight, for the heartbeat.
     pub in_flight: Arc<InFlightBoard>,
+    /// Tumbling windows (`--window`), with one instance per shard.
+    pub windows: Windows,
+    /// The memory the shard's instances share with `--parallelism` over 1
+    /// (`--memory-limit-mib` for them all); none with one instance.
+    pub memory: Option<Arc<SharedMemory>>,
 }
 
 /// Why one attempt at the shard ended early.
@@ -182,6 +190,9 @@ impl<S: LeaseStore> ShardLoop<S> {
             self.in_flight.set(self.held.key(), None);
             return interrupt;
         }
+        if let Err(interrupt) = self.load_windows().await {
+            return interrupt;
+        }
         let checkpointed = Arc::new(StdMutex::new(last_checkpoint.clone()));
         let mut running = self.processor.clone().borrow_and_update().clone();
         let mut instance = match self.open(&running, &lease.checkpoint, last_checkpoint, self.lease_sink(&checkpointed)).await {
@@ -207,7 +218,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                     continue;
                 }
             };
-            let Fetched { mut batch, shard_end, calls, throttles } = match fetched {
+            let Fetched { batch, shard_end, calls, throttles } = match fetched {
                 Ok(fetched) => fetched,
                 // Waiting cannot bring a deleted stream back: the worker stops and says why.
                 Err(AwsError::StreamNotFound(stream)) => {
@@ -219,7 +230,14 @@ impl<S: LeaseStore> ShardLoop<S> {
             };
             self.metrics.get_records(calls, throttles);
             self.metrics.millis_behind_latest(batch.millis_behind_latest);
-            if !batch.is_empty() {
+            let at_tip = batch.millis_behind_latest == 0;
+            for (window, mut batch) in self.windows.pieces(batch) {
+                if let Err(interrupt) = self.enter_window(&mut instance, window).await {
+                    return interrupt;
+                }
+                if batch.is_empty() {
+                    continue;
+                }
                 if !lease.checkpoint.has_started() && first_delivered.is_none() {
                     *first_delivered = batch.get(0).map(|first| first.sequence_number.to_owned());
                 }
@@ -238,6 +256,11 @@ impl<S: LeaseStore> ShardLoop<S> {
                     Some(interrupt) => return interrupt,
                 }
             }
+            if (at_tip || shard_end.is_some())
+                && let Err(interrupt) = self.close_if_over(&mut instance, shard_end.is_some()).await
+            {
+                return interrupt;
+            }
             if let Some(children) = shard_end {
                 return self.end_shard(std::slice::from_mut(&mut instance), children).await;
             }
@@ -253,6 +276,7 @@ impl<S: LeaseStore> ShardLoop<S> {
             checkpointed: checkpointed.clone(),
             state: self.state.clone(),
             stream: self.stream.clone(),
+            window: self.windows.index(),
         })
     }
 
@@ -270,7 +294,7 @@ impl<S: LeaseStore> ShardLoop<S> {
         let outputs = Box::new(self.outputs.shard());
         let state = hooks::shard_state(self).await;
         // Its log lines name the lease key: with several streams, that names the stream too.
-        let mut instance = match processor.instantiate_with_outputs(self.held.key(), sink, outputs, state, last_checkpoint.clone()).await {
+        let mut instance = match processor.instantiate_with_outputs(self.held.key(), sink, outputs, state, last_checkpoint.clone(), self.memory.clone()).await {
             Ok(instance) => instance,
             Err(e) => return Err(Interrupt::Failed(format!("instantiating the processor failed: {e}"))),
         };
@@ -288,91 +312,6 @@ impl<S: LeaseStore> ShardLoop<S> {
         if let Err(e) = instance.initialize(&info).await {
             let _ = self.reports.send(CallReport { processor: processor.hash().to_owned(), ok: false });
             return Err(Interrupt::Failed(format!("initialize failed: {e}")));
-        }
-        Ok(instance)
-    }
-
-    /// Replaces the instance with one of `processor` between two batches:
-    /// `shutdown(requested)` on the old one (it may checkpoint), a new one
-    /// initialized from the lease's checkpoint, and the records delivered
-    /// since that checkpoint delivered again from memory. The lease and the
-    /// reader stay as they are.
-    async fn swap(
-        &self,
-        mut old: ShardInstance,
-        processor: &Processor,
-        policy: &mut FailurePolicy,
-        checkpointed: &Arc<StdMutex<Option<Position>>>,
-        unacknowledged: &mut Unacknowledged,
-    ) -> Result<ShardInstance, Interrupt> {
-        let shard = self.held.key().to_owned();
-        if let Err(e) = old.shutdown(ShutdownReason::Requested).await {
-            tracing::warn!(shard = %shard, processor = old.processor(), "shutdown(requested) before the swap failed: {e}");
-        }
-        drop(old);
-        let last_checkpoint = checkpointed.lock().expect("not poisoned").clone();
-        let again = unacknowledged.since(last_checkpoint.as_ref()).ok_or_else(|| {
-            Interrupt::Failed(
-                "swapping the processor: the records since the last checkpoint did not fit --swap-buffer-mib, so the shard restarts from it".into(),
-            )
-        })?;
-        let records: usize = again.iter().map(Batch::len).sum();
-        let instance = self.reopen_with(processor, again, last_checkpoint, policy, checkpointed).await?;
-        self.metrics.swapped();
-        tracing::info!(shard = %shard, processor = processor.describe(), "swapped the processor; {records} records since the last checkpoint delivered again");
-        Ok(instance)
-    }
-
-    /// The instance failed (`why`): after the policy's wait, a fresh one from
-    /// the last checkpoint — of the version offered now, which may be a
-    /// rollback (`running` becomes it) — gets the records since it again from
-    /// memory, and the reader goes on where it was: nothing is read again.
-    /// Err with `Failed` when those records did not fit the re-delivery
-    /// budget (the caller restarts from the checkpoint, reading again), or
-    /// with the outcome that interrupted the wait.
-    async fn restart_in_place(
-        &self,
-        mut why: String,
-        (running, offered): (&mut Processor, &mut watch::Receiver<Processor>),
-        policy: &mut FailurePolicy,
-        checkpointed: &Arc<StdMutex<Option<Position>>>,
-        unacknowledged: &mut Unacknowledged,
-    ) -> Result<ShardInstance, Interrupt> {
-        loop {
-            let last_checkpoint = checkpointed.lock().expect("not poisoned").clone();
-            let Some(again) = unacknowledged.since(last_checkpoint.as_ref()) else { return Err(Interrupt::Failed(why)) };
-            let wait = policy.restart_wait();
-            self.metrics.restarted();
-            tracing::warn!(shard = %self.held.key(), processor = running.describe(), "{why}; restarting from the last checkpoint in {wait:?}");
-            if let Some(outcome) = self.wait(wait).await {
-                return Err(Interrupt::Done(outcome));
-            }
-            *running = offered.borrow_and_update().clone();
-            let processor = &*running;
-            policy.instance_started();
-            match self.reopen_with(processor, again, last_checkpoint, policy, checkpointed).await {
-                Err(Interrupt::Failed(error)) => why = error,
-                reopened => return reopened,
-            }
-        }
-    }
-
-    /// A fresh instance of `processor` from the lease's checkpoint
-    /// (`last_checkpoint`), handed `again`: the records since it, from memory.
-    async fn reopen_with(
-        &self,
-        processor: &Processor,
-        again: Vec<Batch>,
-        last_checkpoint: Option<Position>,
-        policy: &mut FailurePolicy,
-        checkpointed: &Arc<StdMutex<Option<Position>>>,
-    ) -> Result<ShardInstance, Interrupt> {
-        let lease = self.held.snapshot().await;
-        let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, self.lease_sink(checkpointed)).await?;
-        for mut batch in again {
-            if let Some(interrupt) = self.deliver(&mut instance, processor, policy, &mut batch).await {
-                return Err(interrupt);
-            }
         }
         Ok(instance)
     }

@@ -126,6 +126,8 @@ async fn fixture_with(records: Vec<(u64, &'static str)>, closed: bool, policy: P
         parallelism: 1,
         call_records: 10_000,
         in_flight: Arc::new(crate::worker::in_flight::InFlight::board()),
+        windows: super::Windows::new(None, "shard-0"),
+        memory: None,
     };
     Fixture { shard_loop, shard, store, coordinator, stop, processor, reports, delivered }
 }

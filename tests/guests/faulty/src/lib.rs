@@ -5,6 +5,7 @@
 //! - `spin`: loops forever (hits the call deadline)
 //! - `stall`: busy for 3 s of wall-clock time, then goes on with the batch
 //! - `hog`: allocates without end (hits the memory cap)
+//! - `hold:<MiB>`: allocates that much and keeps it
 //! - `retry`: returns a retryable error the first time it sees the record
 //! - `fatal`: returns a fatal error
 //! - `env`, `file`: tries to read the environment or a file and logs what it saw
@@ -20,11 +21,12 @@ use kcl_guest::{Batch, Checkpointer, ProcessorError, RecordProcessor, ShardInfo,
 pub struct Faulty {
     retried: HashSet<String>,
     last: Vec<u8>,
+    held: Vec<Vec<u8>>,
 }
 
 impl RecordProcessor for Faulty {
     fn initialize(_: ShardInfo) -> Result<Self, ProcessorError> {
-        Ok(Faulty { retried: HashSet::new(), last: Vec::new() })
+        Ok(Faulty { retried: HashSet::new(), last: Vec::new(), held: Vec::new() })
     }
 
     fn process_records(&mut self, batch: Batch, checkpointer: &Checkpointer) -> Result<(), ProcessorError> {
@@ -58,9 +60,10 @@ impl RecordProcessor for Faulty {
                 "fatal" => return Err(ProcessorError::fatal("asked to fail")),
                 "env" => kcl_guest::info!("env vars: {}", std::env::vars().count()),
                 "file" => kcl_guest::info!("read /etc/hostname: {:?}", std::fs::read_to_string("/etc/hostname").map_err(|e| e.kind())),
-                other => match other.strip_prefix("checkpoint:") {
-                    Some(seq) => kcl_guest::info!("checkpoint {seq}: {:?}", checkpointer.checkpoint_at_sequence(seq, None)),
-                    None => kcl_guest::info!("record {} {other}", record.sequence_number),
+                other => match (other.strip_prefix("checkpoint:"), other.strip_prefix("hold:").and_then(|mib| mib.parse::<usize>().ok())) {
+                    (Some(seq), _) => kcl_guest::info!("checkpoint {seq}: {:?}", checkpointer.checkpoint_at_sequence(seq, None)),
+                    (_, Some(mib)) => self.held.push(vec![1; mib << 20]),
+                    _ => kcl_guest::info!("record {} {other}", record.sequence_number),
                 },
             }
             self.last = record.data.to_vec();

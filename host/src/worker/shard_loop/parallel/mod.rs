@@ -172,6 +172,8 @@ impl<S: LeaseStore> ShardLoop<S> {
                     return (lane, call, Some(interrupt));
                 }
             };
+            // Its memory is the shard's again before a successor starts.
+            lane.instance.retire();
             loop {
                 let wait = lane.policy.restart_wait();
                 self.metrics.restarted();
@@ -214,6 +216,7 @@ impl<S: LeaseStore> ShardLoop<S> {
             if let Err(e) = lane.instance.shutdown(ShutdownReason::Requested).await {
                 tracing::warn!(shard = %self.held.key(), processor = lane.instance.processor(), "shutdown(requested) before the swap failed: {e}");
             }
+            lane.instance.retire();
             lane.instance = self.open_lane_instance(&lane.done_through, to).await?;
         }
         self.metrics.swapped();

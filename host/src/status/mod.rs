@@ -21,6 +21,11 @@ use crate::worker::in_flight::InFlight;
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::rules::{self, is_ready};
 use crate::lease::{Checkpoint, LeaseError, LeaseKey, LeaseStore};
+use crate::runtime::HOST_KEY_PREFIX;
+use crate::state::StateTable;
+
+mod render;
+pub use render::render;
 
 /// The state of one shard, as the tables show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -85,6 +90,18 @@ pub struct ShardRow {
     /// With `--parallelism`: its instances' calls, as its owner's heartbeat says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<InFlight>,
+    /// With `--state`: the processor state the shard owns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_size: Option<StateSize>,
+}
+
+/// A shard's processor state, as the state table holds it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StateSize {
+    /// Keys with a value.
+    pub keys: u64,
+    /// Their keys' and values' bytes.
+    pub bytes: u64,
 }
 
 /// One worker, as `status` shows it.
@@ -191,6 +208,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
                 lag_ms: None,
                 retrying,
                 in_flight,
+                state_size: None,
             }
         })
         .collect();
@@ -229,96 +247,29 @@ pub async fn add_lag(report: &mut Report, clients: &AwsClients, stream: Option<&
     Ok(())
 }
 
-impl ShardRow {
-    /// The shard as the table shows it: `stream/shardId` in a multi-stream application.
-    fn label(&self) -> String {
-        match &self.stream {
-            Some(stream) => format!("{stream}/{}", LeaseKey::from(&self.shard).shard_id()),
-            None => self.shard.clone(),
+/// Fills `state_size` for every shard: one Scan of the state table (which
+/// reads every item: a cost of the table's size), each item counted for the
+/// shard whose checkpoint wrote it. The host's own items are not counted.
+pub async fn add_state_sizes(report: &mut Report, clients: &AwsClients) -> Result<(), LeaseError> {
+    let table = StateTable::new(clients.dynamodb.clone(), &report.application);
+    let mut sizes: HashMap<(String, String), StateSize> = HashMap::new();
+    match table.check().await {
+        Ok(()) => {
+            for item in table.scan(None).await?.into_iter().filter(|item| !item.key.starts_with(HOST_KEY_PREFIX)) {
+                let size = sizes.entry((item.stream, item.shard)).or_default();
+                size.keys += 1;
+                size.bytes += (item.key.len() + item.value.len()) as u64;
+            }
         }
+        Err(LeaseError::Aws(crate::aws::AwsError::TableMissing(_))) => {}
+        Err(e) => return Err(e),
     }
-}
-
-/// `n` characters of `text` at most, the middle elided.
-fn fit(text: &str, n: usize) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.len() <= n {
-        return text.to_owned();
+    for row in &mut report.shards {
+        let shard = LeaseKey::from(&row.shard).shard_id().to_owned();
+        let size = sizes.iter().find(|((stream, owner), _)| *owner == shard && row.stream.as_ref().is_none_or(|s| s == stream));
+        row.state_size = Some(size.map(|(_, size)| size.clone()).unwrap_or_default());
     }
-    let head = (n - 1) / 2;
-    let tail = n - 1 - head;
-    chars[..head].iter().chain(['…'].iter()).chain(chars[chars.len() - tail..].iter()).collect()
-}
-
-/// The report as text, at most 100 columns wide.
-pub fn render(report: &Report) -> String {
-    let lag = report.shards.iter().any(|r| r.lag_ms.is_some());
-    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    let mut out = format!("{} — {}, {}\n", report.application, plural(report.shards.len(), "shard", "shards"), plural(report.workers.len(), "worker", "workers"));
-    out.push_str(&format!("{:<21} {:<10} {:<20} {:<24} {:>8}", "SHARD", "STATE", "OWNER", "CHECKPOINT", "COUNTER"));
-    out.push_str(if lag { "      LAG\n" } else { "\n" });
-    // A multi-stream table's rows (sorted by key, so by stream) under a line per stream.
-    let mut stream_shown = None;
-    for row in &report.shards {
-        if let Some(stream) = row.stream.as_deref().filter(|s| stream_shown != Some(*s)) {
-            out.push_str(&fit(&format!("stream {stream}:"), 100));
-            out.push('\n');
-            stream_shown = Some(stream);
-        }
-        let checkpoint = match row.sub_sequence_number {
-            0 => row.checkpoint.clone(),
-            sub => format!("{}/{sub}", row.checkpoint),
-        };
-        out.push_str(&format!(
-            "{:<21} {:<10} {:<20} {:<24} {:>8}",
-            fit(LeaseKey::from(&row.shard).shard_id(), 21),
-            row.state.label(),
-            fit(row.owner.as_deref().unwrap_or("-"), 20),
-            fit(&checkpoint, 24),
-            row.counter
-        ));
-        if lag {
-            out.push_str(&row.lag_ms.map_or("        -".to_owned(), |ms| format!(" {:>7}ms", ms)));
-        }
-        out.push('\n');
-    }
-    let now = clock::unix_ms();
-    for row in &report.shards {
-        let Some(retrying) = &row.retrying else { continue };
-        let limit = retrying.limit.map_or("no limit: blocked".to_owned(), |n| format!("gives up after {}", n + 1));
-        let line = format!("{} retrying {}s, {} failures ({limit}): ", row.label(), now.saturating_sub(retrying.since_ms) / 1000, retrying.attempts);
-        // The error's start says what it is; its end (a backtrace) can go.
-        let room = 100usize.saturating_sub(line.chars().count());
-        let error: String = retrying.last_error.lines().next().unwrap_or_default().chars().take(room).collect();
-        out.push_str(&line);
-        out.push_str(&error);
-        out.push('\n');
-    }
-    for row in report.shards.iter().filter(|row| row.state == State::Processing || row.state == State::Retrying) {
-        let Some(f) = &row.in_flight else { continue };
-        let line = format!("{} {} instances: {} calls in flight, slowest {} records behind the fastest", row.label(), f.instances, f.calls, f.lag_records);
-        out.push_str(&fit(&line, 100));
-        out.push('\n');
-    }
-    out.push_str(&format!("\n{:<40} {:>6}  {:<20} {}\n", "WORKER", "LEASES", "HEARTBEAT", "PROCESSOR"));
-    for worker in &report.workers {
-        let beat = match (worker.heartbeat_age_ms, worker.kcl3_report_age_ms) {
-            (Some(ms), _) => format!("{:.1}s ago", ms as f64 / 1000.0),
-            (None, Some(ms)) => format!("3.x report {}s ago", ms / 1000),
-            (None, None) => "none (not kcl-host)".to_owned(),
-        };
-        let processor = fit(worker.processor.as_deref().unwrap_or("-"), 30);
-        out.push_str(&format!("{:<40} {:>6}  {beat:<20} {processor}\n", fit(&worker.worker, 40), worker.leases));
-    }
-    if let Some(deployed) = &report.deployed {
-        let previous = deployed.previous.as_deref().map_or(String::new(), |p| format!(", rollback to {p}"));
-        out.push_str(&fit(&format!("deployed: {} from {}{previous}", deployed.processor, deployed.source), 100));
-        out.push('\n');
-    }
-    for key in &report.unreadable {
-        out.push_str(&format!("unreadable row: {key} (left as it is)\n"));
-    }
-    out
+    Ok(())
 }
 
 /// `kcl-host status`: prints the report once, or (`--watch`) again and again.
@@ -334,6 +285,9 @@ pub async fn command(args: StatusArgs) -> Result<(), String> {
         let mut report = read(&clients, &args.application, failover).await.map_err(|e| e.to_string())?;
         if args.lag {
             add_lag(&mut report, &clients, args.stream.as_deref()).await.map_err(|e| e.to_string())?;
+        }
+        if args.state {
+            add_state_sizes(&mut report, &clients).await.map_err(|e| e.to_string())?;
         }
         let text = if args.json {
             serde_json::to_string_pretty(&report).expect("the report serializes")
@@ -369,6 +323,7 @@ mod tests {
                 lag_ms: Some(1_234_567),
                 retrying: (i == 7).then(|| Retrying { since_ms: clock::unix_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
                 in_flight: (i < 2).then(|| InFlight { instances: 8, calls: 8 - i as usize, lag_records: 120 }),
+                state_size: Some(StateSize { keys: i * 1_000, bytes: i * 1_500_000 }),
             })
             .collect();
         let workers = vec![
@@ -379,9 +334,10 @@ mod tests {
         let text = render(&Report { application: "orders".into(), shards, workers, deployed, unreadable: vec![] });
         assert!(text.contains("9f2c1ab3d4e5\n"), "{text}");
         assert!(text.contains("java-3                                        0  3.x report 12s ago"), "a Java KCL 3.x worker holding nothing yet: {text}");
-        let detail = |l: &&str| l.contains(" retrying ") || l.contains(" instances: ");
+        let detail = |l: &&str| l.contains(" retrying ") || l.contains(" instances: ") || l.contains(" state: ");
         assert_eq!(text.lines().filter(|l| l.starts_with("shardId-") && !detail(l)).count(), 64);
         assert!(text.contains("shardId-000000000001 8 instances: 7 calls in flight, slowest 120 records behind the fastest"), "{text}");
+        assert!(text.contains("shardId-000000000003 state: 3000 keys, 4.3 MiB"), "{text}");
         assert!(text.contains("shardId-000000000007 retrying 5s, 40 failures (no limit: blocked): processor trapped"), "{text}");
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());

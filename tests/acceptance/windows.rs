@@ -1,0 +1,118 @@
+//! Tumbling windows: the `window-totals` example sums cents per user in its
+//! state and, as each 3 s window closes, writes every (user, window) total
+//! to a DynamoDB table and deletes the user's state. Judged from the table
+//! and the stream: each total equals the sum of that user's records whose
+//! arrival time is in the window, whatever happened to the workers, and
+//! nothing is left in the state once every window closed. Against moto
+//! (`servers.sh start --kcl3`), for its TransactWriteItems.
+
+use aws_sdk_dynamodb::types::ScalarAttributeType;
+use kcl_testkit::java_kcl3;
+
+use super::state::Purchases;
+use super::*;
+
+const WINDOW_MS: i64 = 3_000;
+
+/// `kcl-host run window-totals --window 3s` writing to `table`, on moto.
+fn worker(stream: &str, application: &str, id: &str, table: &str) -> KclHost {
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let target = format!("totals=dynamodb:{table}");
+    let flags = ["--failover-time", "2s", "--window", "3s", "--output", &target];
+    start_with_env("window-totals", stream, application, id, &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)])
+}
+
+/// The totals table: one item per user and window.
+async fn create_totals_table(aws: &AwsClients, table: &str) {
+    kcl_testkit::create_table(&aws.dynamodb, table, &[("user", ScalarAttributeType::S), ("window_start_ms", ScalarAttributeType::N)]).await;
+}
+
+/// Reads the table until it holds exactly the totals the stream's records
+/// make, and says how it differs when it never does.
+async fn totals_become_produced(aws: &AwsClients, table: &str, stream: &TestStream) {
+    let expected = produced(stream).await;
+    assert!(expected.len() > 10, "several windows of several users: {}", expected.len());
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let totals = written(aws, table).await;
+        if totals == expected {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let wrong: Vec<String> = expected
+                .iter()
+                .filter(|(key, sum)| totals.get(*key) != Some(sum))
+                .map(|((user, window), sum)| format!("{user}@{window}: {:?} written, {sum} produced", totals.get(&(user.clone(), *window))))
+                .chain(totals.keys().filter(|key| !expected.contains_key(*key)).map(|(user, window)| format!("{user}@{window}: written, none produced")))
+                .collect();
+            panic!("{} of {} totals are wrong, among them: {:?}", wrong.len(), expected.len(), &wrong[..wrong.len().min(10)]);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn closed(log: &[String]) -> usize {
+    count_lines(log, "closed window [")
+}
+
+/// (user, window start) → total cents, for every record of the stream.
+async fn produced(stream: &TestStream) -> BTreeMap<(String, i64), i64> {
+    let mut sums = BTreeMap::new();
+    for (record, arrival) in stream.read_all_arrivals().await {
+        let cents: i64 = record.data.trim_start_matches(r#"{"cents": "#).trim_end_matches('}').parse().unwrap();
+        *sums.entry((record.partition_key, arrival - arrival % WINDOW_MS)).or_default() += cents;
+    }
+    sums
+}
+
+/// (user, window start) → total cents, as the table holds them.
+async fn written(aws: &AwsClients, table: &str) -> BTreeMap<(String, i64), i64> {
+    let mut totals = BTreeMap::new();
+    let mut start = None;
+    loop {
+        let page = aws.dynamodb.scan().table_name(table).consistent_read(true).set_exclusive_start_key(start).send().await.expect("Scan");
+        for item in page.items() {
+            let number = |name: &str| item[name].as_n().unwrap().parse::<i64>().unwrap();
+            totals.insert((item["user"].as_s().unwrap().clone(), number("window_start_ms")), number("cents"));
+        }
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            return totals;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_user_and_window_total_is_exact_and_written_as_its_window_closes_while_workers_are_killed() {
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("windows"), 4).await;
+    let (application, table) = (unique("windows-app"), unique("window-totals"));
+    create_totals_table(&aws, &table).await;
+    let mut first = worker(&stream.name, &application, "worker-1", &table);
+    let mut second = worker(&stream.name, &application, "worker-2", &table);
+    let purchases = Purchases::start(&stream, 20, 6);
+    first.wait_for("a window closed", LIMIT, |log| closed(log) >= 2).await;
+    second.wait_for("a window closed", LIMIT, |log| closed(log) >= 2).await;
+
+    // kill -9 one worker, then the other once a third has taken leases and closed windows.
+    first.kill().await;
+    let mut third = worker(&stream.name, &application, "worker-3", &table);
+    third.wait_for("windows closed after the kill", LIMIT, |log| closed(log) >= 2).await;
+    second.kill().await;
+    let mut fourth = worker(&stream.name, &application, "worker-4", &table);
+    fourth.wait_for("windows closed after the second kill", LIMIT, |log| closed(log) >= 2).await;
+    purchases.stop().await;
+
+    // With no more records, the last windows close by the clock.
+    totals_become_produced(&aws, &table, &stream).await;
+
+    // Every window closed and committed: each user's state was deleted, and only the index is left… of nothing.
+    let (exit, log) = fourth.interrupt().await;
+    assert!(exit.success());
+    let (exit, _) = third.interrupt().await;
+    assert!(exit.success());
+    assert!(closed(&log) >= 2);
+    let (code, dump) = run_to_exit(&["state", "--application", &application, "dump", "--stream", &stream.name], &[("AWS_ENDPOINT_URL_DYNAMODB", java_kcl3::dynamodb_endpoint().as_str())]).await;
+    assert_eq!(code, 0, "{dump}");
+    assert!(!dump.contains("user-"), "no user's state outlives its window: {dump}");
+}
