@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kcl_testkit::process::KclHost;
+use kcl_testkit::process::{requests_sent, KclHost};
 use kcl_testkit::{clients, leases, unique, TestStream};
 
 const SIGTERM: i32 = 15;
@@ -174,18 +174,6 @@ async fn handoffs(failover: &str) {
     println!("failover {failover}: join -> balanced {join:.2} s; kill -9 -> survivor holds all {kill:.2} s; SIGTERM -> other holds all {term:.2} s");
 }
 
-/// `DynamoDB.UpdateItem=12 ...` from a worker's exit line.
-fn requests(log: &[String]) -> BTreeMap<String, u64> {
-    let line = log.iter().find(|l| l.contains("requests sent: ")).expect("the exit line");
-    line.split_once("requests sent: ")
-        .unwrap()
-        .1
-        .split_whitespace()
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(op, n)| (op.to_owned(), n.parse().unwrap()))
-        .collect()
-}
-
 async fn request_rates(steady: Duration, renewal: &str) {
     const SHARDS: i32 = 64;
     let aws = clients().await;
@@ -206,7 +194,7 @@ async fn request_rates(steady: Duration, renewal: &str) {
     for w in [a, b] {
         let (status, log) = w.interrupt().await;
         assert!(status.success(), "{}", log.join("\n"));
-        for (op, n) in requests(&log) {
+        for (op, n) in requests_sent(&log) {
             *total.entry(op).or_default() += n;
         }
     }

@@ -16,19 +16,12 @@
 
 use std::time::Duration;
 
-use kcl_testkit::process::KclHost;
+use kcl_testkit::process::{log_seconds, KclHost};
 use kcl_testkit::{clients, unique, TestStream};
 
 const KEYS: usize = 16;
 const PER_KEY: usize = 200;
 const LIMIT: Duration = Duration::from_secs(180);
-
-/// Seconds since midnight of a log line's RFC 3339 timestamp.
-fn timestamp(line: &str) -> f64 {
-    let time = line.split('T').nth(1).expect("timestamped line");
-    let time = &time[..time.find('Z').expect("UTC")];
-    time.split(':').map(|part| part.parse::<f64>().unwrap()).fold(0.0, |total, part| total * 60.0 + part)
-}
 
 /// Drains the backlog with `parallelism` instances, each call given at
 /// most `max_records`: (records/s, RSS MiB).
@@ -56,7 +49,7 @@ async fn drain(parallelism: usize, max_records: &str, cache: &str) -> (f64, f64)
     let rss = host.rss_mib();
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
-    let times: Vec<f64> = log.iter().filter(|l| l.contains("kcl_host::guest: record ")).map(|l| timestamp(l)).collect();
+    let times: Vec<f64> = log.iter().filter(|l| l.contains("kcl_host::guest: record ")).map(|l| log_seconds(l)).collect();
     let took = times.last().unwrap() - times.first().unwrap();
     (total as f64 / took, rss)
 }

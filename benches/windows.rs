@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::ScalarAttributeType;
-use kcl_testkit::process::KclHost;
+use kcl_testkit::process::{log_seconds, requests_sent, KclHost};
 use kcl_testkit::{java_kcl3, unique, TestStream};
 
 const SECONDS: u64 = 30;
@@ -23,20 +23,6 @@ const PER_TICK: usize = 10;
 const USERS: usize = 20;
 const WINDOW_MS: u64 = 5_000;
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// Seconds since midnight (UTC) of a log line's RFC 3339 timestamp.
-fn timestamp(line: &str) -> f64 {
-    let time = line.split('T').nth(1).expect("timestamped line");
-    let time = &time[..time.find('Z').expect("UTC")];
-    time.split(':').map(|part| part.parse::<f64>().unwrap()).fold(0.0, |total, part| total * 60.0 + part)
-}
-
-/// `DynamoDB.TransactWriteItems=12 ...` from a worker's exit line.
-fn requests(log: &[String]) -> BTreeMap<String, u64> {
-    let line = log.iter().find(|l| l.contains("requests sent: ")).expect("the exit line");
-    let pairs = line.split_once("requests sent: ").unwrap().1.split_whitespace().filter_map(|pair| pair.split_once('='));
-    pairs.map(|(op, n)| (op.to_owned(), n.parse().unwrap())).collect()
-}
 
 /// One run of `guest` (with `extra` flags) over the producer's 30 s: the
 /// records put, the worker's DynamoDB requests, and its log.
@@ -75,7 +61,7 @@ async fn run(guest: &str, extra: &[&str], cache: &str) -> (usize, BTreeMap<Strin
     }
     let (status, log) = host.interrupt().await;
     assert!(status.success(), "{}", log.join("\n"));
-    ((SECONDS * 10) as usize * PER_TICK, requests(&log), log)
+    ((SECONDS * 10) as usize * PER_TICK, requests_sent(&log), log)
 }
 
 /// The DynamoDB requests of `requests`, in total and by operation.
@@ -103,7 +89,7 @@ async fn main() {
         .iter()
         .filter_map(|l| {
             let end_ms: u64 = l.split_once("closed window [")?.1.split_once(", ")?.1.split_once(')')?.0.parse().ok()?;
-            Some(timestamp(l) - (end_ms / 1000 % 86_400) as f64 - (end_ms % 1000) as f64 / 1000.0)
+            Some(log_seconds(l) - (end_ms / 1000 % 86_400) as f64 - (end_ms % 1000) as f64 / 1000.0)
         })
         .collect();
     lags.sort_by(f64::total_cmp);

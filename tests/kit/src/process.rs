@@ -200,3 +200,19 @@ mod tests {
         assert!(super::parse_delivered(&line.replace("record-v2", "initialize-v2")).is_none());
     }
 }
+
+/// Seconds since midnight (UTC) of a log line's RFC 3339 timestamp: for
+/// the time between two lines of one run.
+pub fn log_seconds(line: &str) -> f64 {
+    let time = line.split('T').nth(1).expect("timestamped line");
+    let time = &time[..time.find('Z').expect("UTC")];
+    time.split(':').map(|part| part.parse::<f64>().unwrap()).fold(0.0, |total, part| total * 60.0 + part)
+}
+
+/// The requests a worker sent, by operation (`DynamoDB.UpdateItem` → 12),
+/// from the line it logs as it exits.
+pub fn requests_sent(log: &[String]) -> std::collections::BTreeMap<String, u64> {
+    let line = log.iter().find(|l| l.contains("requests sent: ")).expect("the exit line");
+    let pairs = line.split_once("requests sent: ").unwrap().1.split_whitespace().filter_map(|pair| pair.split_once('='));
+    pairs.map(|(op, n)| (op.to_owned(), n.parse().unwrap())).collect()
+}
