@@ -15,7 +15,9 @@ out=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 
 bash "$root/scripts/go-toolchain.sh"
 tools="$root/tools/go"
-export PATH="$tools/venv/bin:$PATH" GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod
+# The processor's own dependencies (e.g. easyjson's runtime) come from the Go
+# module proxy on first use, then from the module cache.
+export PATH="$tools/venv/bin:$PATH" GOTOOLCHAIN=local GOFLAGS=-mod=mod
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

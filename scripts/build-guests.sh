@@ -44,7 +44,7 @@ cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_3.wasm" examples/build/
 for g in counter json-aggregate totals; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done
-for g in counter json-aggregate; do
+for g in counter json-aggregate enrich; do
   bash scripts/build-python.sh "examples/python/$g" "examples/build/py-$g.wasm" >/dev/null
 done
 bash scripts/build-python.sh tests/python/faulty examples/build/py-faulty.wasm >/dev/null

@@ -15,6 +15,6 @@ src=$1
 out=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 
 bash "$root/scripts/python-toolchain.sh"
-"$root/tools/python/venv/bin/componentize-py" -d "$root/wit" -w guest componentize \
+"$root/tools/python/venv/bin/componentize-py" -d "$root/wit" -d "$root/guest-sdk/python/wit" -w kcl:python-guest/guest componentize \
   -p "$src" -p "$root/guest-sdk/python" app -o "$out" >/dev/null
 echo "built $out ($(wc -c <"$out") bytes)"

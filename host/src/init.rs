@@ -64,7 +64,7 @@ const JS: [(&str, &str); 2] = [
 
 /// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 46] = [
+const BUNDLE: [(&str, &str); 55] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -102,6 +102,15 @@ const BUNDLE: [(&str, &str); 46] = [
     ("scripts/go-toolchain.sh", include_str!("../../scripts/go-toolchain.sh")),
     ("guest-sdk/python/kcl/__init__.py", include_str!("../../guest-sdk/python/kcl/__init__.py")),
     ("guest-sdk/python/README.md", include_str!("../../guest-sdk/python/README.md")),
+    ("guest-sdk/python/kcl/http.py", include_str!("../../guest-sdk/python/kcl/http.py")),
+    ("guest-sdk/python/wit/world.wit", include_str!("../../guest-sdk/python/wit/world.wit")),
+    ("guest-sdk/python/wit/deps/http/http.wit", include_str!("../../guest-sdk/python/wit/deps/http/http.wit")),
+    ("guest-sdk/python/wit/deps/io/io.wit", include_str!("../../guest-sdk/python/wit/deps/io/io.wit")),
+    ("guest-sdk/python/wit/deps/clocks/clocks.wit", include_str!("../../guest-sdk/python/wit/deps/clocks/clocks.wit")),
+    ("guest-sdk/python/wit/deps/random/random.wit", include_str!("../../guest-sdk/python/wit/deps/random/random.wit")),
+    ("guest-sdk/python/wit/deps/cli/cli.wit", include_str!("../../guest-sdk/python/wit/deps/cli/cli.wit")),
+    ("guest-sdk/python/wit/deps/filesystem/filesystem.wit", include_str!("../../guest-sdk/python/wit/deps/filesystem/filesystem.wit")),
+    ("guest-sdk/python/wit/deps/sockets/sockets.wit", include_str!("../../guest-sdk/python/wit/deps/sockets/sockets.wit")),
     ("scripts/build-python.sh", include_str!("../../scripts/build-python.sh")),
     ("scripts/python-toolchain.sh", include_str!("../../scripts/python-toolchain.sh")),
     ("guest-sdk/js/kcl.js", include_str!("../../guest-sdk/js/kcl.js")),

@@ -272,3 +272,17 @@ fn a_javascript_exception_or_rejection_is_fatal_with_its_stack_and_console_reach
         }
     }
 }
+
+/// `kcl.http` in a Python processor: a request to a destination nobody
+/// allowed is refused by the host, which names the `--allow-outbound` that
+/// would allow it, and reaches the processor as an `HttpError` with
+/// wasi:http's code (the enrich example makes the batch retryable).
+#[test]
+fn a_python_request_nobody_allowed_is_refused_with_the_flag_that_allows_it() {
+    let (code, stdout, stderr) = replay("py-enrich", &["--var", "api_url=http://127.0.0.1:9"]);
+    assert_ne!(code, 0, "{stdout}\n{stderr}");
+    assert!(stderr.contains("allow it with --allow-outbound http://127.0.0.1:9"), "{stderr}");
+    let output = format!("{stdout}{stderr}");
+    assert!(output.contains("looking up http://127.0.0.1:9/users/"), "the processor's error names the URL: {output}");
+    assert!(output.contains("HTTP-request-denied"), "and wasi:http's code: {output}");
+}

@@ -1,20 +1,20 @@
 // JSON aggregate parses JSON events, keeps purchases, sums their amounts per
 // user, and checkpoints after each batch. Records that are not such events
 // are counted as rejected. The same logic as examples/rust/json-aggregate.
+//
+// The events are decoded by code easyjson generated (purchase/event_easyjson.go,
+// `go generate ./...` after changing purchase.Event): encoding/json decodes by
+// reflection, which Go's wasm port runs several times slower (docs/BENCHMARKS.md).
 package main
 
 import (
-	"encoding/json"
 	"sort"
 
+	"github.com/mailru/easyjson"
+
+	"kclhost.dev/examples/json-aggregate/purchase"
 	"kclhost.dev/kcl"
 )
-
-type event struct {
-	User   *string  `json:"user"`
-	Kind   *string  `json:"kind"`
-	Amount *float64 `json:"amount"`
-}
 
 type aggregate struct {
 	shardID   string
@@ -24,8 +24,8 @@ type aggregate struct {
 }
 
 func (a *aggregate) add(data []byte) {
-	var e event
-	if err := json.Unmarshal(data, &e); err != nil || e.User == nil || e.Kind == nil || e.Amount == nil {
+	var e purchase.Event
+	if err := easyjson.Unmarshal(data, &e); err != nil || e.User == nil || e.Kind == nil || e.Amount == nil {
 		a.rejected++
 		return
 	}

@@ -42,7 +42,7 @@ from wit_world.imports import checkpointer as _checkpointer
 from wit_world.imports import log as _log
 from wit_world.imports import output as _output
 from wit_world.imports import store as _store
-from wit_world.imports import types as _types
+from wit_world.imports import kcl_processor_types as _types
 
 __all__ = [
     "Batch", "CheckpointError", "Checkpointer", "FailedAt", "Record", "RecordProcessor", "Retryable", "SendError",
