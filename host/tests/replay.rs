@@ -235,11 +235,17 @@ fn replay_prints_what_is_sent_to_a_target_nobody_declared() {
 }
 
 /// The Python SDK: `print` reaches the log, an unplanned exception is a
-/// fatal error with its traceback, `kcl.FailedAt` names its record.
+/// fatal error with its traceback, `kcl.FailedAt` names its record, and
+/// `kcl.http` names a request header that cannot be sent.
 #[test]
 fn a_python_exception_is_fatal_with_its_traceback_and_print_reaches_the_log() {
     let input = std::env::temp_dir().join(format!("kcl-host-py-{}.jsonl", std::process::id()));
-    for (last, expected) in [("crash", "KeyError: 'no such key'"), ("fail", "asked to fail at 2")] {
+    let cases = [
+        ("crash", "KeyError: 'no such key'"),
+        ("fail", "asked to fail at 2"),
+        ("bad-header", "header 'bad header' of the request to http://127.0.0.1:9/ cannot be sent: not a valid header name or value"),
+    ];
+    for (last, expected) in cases {
         std::fs::write(&input, format!("{{\"data\": \"a\", \"sequence_number\": \"1\"}}\n{{\"data\": \"{last}\", \"sequence_number\": \"2\"}}\n")).unwrap();
         let (code, stdout, stderr) = replay_file("py-faulty", input.to_str().unwrap(), &[]);
         assert_ne!(code, 0, "{stdout}\n{stderr}");

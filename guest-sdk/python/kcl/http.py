@@ -84,8 +84,7 @@ def request(method: str, url: str, headers: Sequence[Tuple[str, str]] = (), body
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"{url!r} is not an http:// or https:// URL")
     method_name = method.upper()
-    fields = _http.Fields.from_list([(name, value.encode("latin-1")) for name, value in headers])
-    outgoing = _http.OutgoingRequest(fields)
+    outgoing = _http.OutgoingRequest(_fields(url, headers))
     outgoing.set_method(_METHODS.get(method_name) or _http.Method_Other(method_name))
     outgoing.set_scheme(_http.Scheme_Https() if parts.scheme == "https" else _http.Scheme_Http())
     outgoing.set_authority(parts.netloc)
@@ -94,7 +93,8 @@ def request(method: str, url: str, headers: Sequence[Tuple[str, str]] = (), body
     try:
         future = _handler.handle(outgoing, None)
     except Err as e:
-        raise HttpError(url, _code(e.value)) from None
+        with outgoing_body:  # never sent: released as the error leaves
+            raise HttpError(url, _code(e.value)) from None
     if body:
         with outgoing_body.write() as stream:
             for start in range(0, len(body), _WRITE_CHUNK):
@@ -112,6 +112,19 @@ def request(method: str, url: str, headers: Sequence[Tuple[str, str]] = (), body
             received = fields.entries()
         status = response.status()
         return Response(status, [(name.lower(), value) for name, value in received], _read_all(url, response.consume()))
+
+
+def _fields(url: str, headers: Sequence[Tuple[str, str]]) -> _http.Fields:
+    """The request's headers; ``ValueError`` names one that cannot be sent."""
+    fields = _http.Fields()
+    for name, value in headers:
+        try:
+            fields.append(name, value.encode("latin-1"))
+        except Err as e:
+            with fields:
+                why = "the host sets it" if isinstance(e.value, _http.HeaderError_Forbidden) else "not a valid header name or value"
+                raise ValueError(f"header {name!r} of the request to {url} cannot be sent: {why}") from None
+    return fields
 
 
 def _read_all(url: str, incoming: _http.IncomingBody) -> bytes:
