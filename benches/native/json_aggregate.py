@@ -4,6 +4,9 @@ import answered by a stand-in that only has what the example uses, fed the
 records of a replay input file in batches like `kcl-host replay`.
 
     python3 benches/native/json_aggregate.py /tmp/big.jsonl 500
+
+`load_example()` is also how benches/kclpy runs the same app.py under Java
+KCL's MultiLangDaemon.
 """
 
 import json
@@ -13,7 +16,9 @@ import types
 from pathlib import Path
 
 
-class _Record:
+class Record:
+    """What the example reads of a record."""
+
     def __init__(self, data: bytes):
         self.data = data
 
@@ -34,6 +39,16 @@ def _stand_in_kcl() -> types.ModuleType:
     return kcl
 
 
+def load_example() -> types.ModuleType:
+    """examples/python/json-aggregate/app.py, imported over the stand-in `kcl`."""
+    sys.modules["kcl"] = _stand_in_kcl()
+    app_dir = Path(__file__).resolve().parents[2] / "examples/python/json-aggregate"
+    sys.path.insert(0, str(app_dir))
+    import app  # noqa: E402 - after the stand-in is in place
+
+    return app
+
+
 class _Checkpointer:
     def checkpoint(self, record=None):
         pass
@@ -41,12 +56,8 @@ class _Checkpointer:
 
 def main() -> None:
     path, batch_size = sys.argv[1], int(sys.argv[2])
-    sys.modules["kcl"] = _stand_in_kcl()
-    app_dir = Path(__file__).resolve().parents[2] / "examples/python/json-aggregate"
-    sys.path.insert(0, str(app_dir))
-    import app  # noqa: E402 - after the stand-in is in place
-
-    records = [_Record(json.loads(line)["data"].encode()) for line in open(path)]
+    app = load_example()
+    records = [Record(json.loads(line)["data"].encode()) for line in open(path)]
     batches = [records[i : i + batch_size] for i in range(0, len(records), batch_size)]
     processor = app.RecordProcessor()
     processor.initialize(types.SimpleNamespace(shard_id="shardId-000000000000"))

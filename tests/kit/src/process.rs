@@ -102,26 +102,35 @@ impl KclHost {
         self.lines.lock().await.iter().filter_map(|line| parse_delivered(line)).collect()
     }
 
+    /// Whether the process has exited already.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().expect("the process's status").is_some()
+    }
+
     /// CPU time (user and system) the process has used so far, in seconds.
     pub fn cpu_seconds(&self) -> f64 {
-        let pid = self.child.id().expect("running");
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's /proc stat");
-        // After the command's `(name)`: state is field 3, utime and stime fields 14 and 15, in clock ticks (100 a second).
-        let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        ticks as f64 / 100.0
+        process_usage(self.child.id().expect("running")).cpu_seconds
     }
 
     /// Resident memory of the process now, in MiB (`VmRSS`).
     pub fn rss_mib(&self) -> f64 {
-        let pid = self.child.id().expect("running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process's /proc status");
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("a VmRSS line");
-        kib / 1024.0
+        process_usage(self.child.id().expect("running")).rss_mib
+    }
+
+    /// CPU time and resident memory of the process and every process it
+    /// started that is still running (a JVM and its children, say).
+    pub fn tree_usage(&self) -> Usage {
+        let root = self.child.id().expect("running");
+        let mut tree = vec![root];
+        // /proc lists parents before the children they started (pids grow), so one pass finds the tree.
+        let mut pids: Vec<u32> = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+        pids.sort_unstable();
+        for pid in pids {
+            if tree.contains(&parent(pid).unwrap_or(0)) {
+                tree.push(pid);
+            }
+        }
+        tree.into_iter().map(process_usage).fold(Usage::default(), |a, b| Usage { cpu_seconds: a.cpu_seconds + b.cpu_seconds, rss_mib: a.rss_mib + b.rss_mib })
     }
 
     /// Sends a signal (SIGSTOP, SIGCONT, ...) and returns at once.
@@ -174,6 +183,35 @@ unsafe extern "C" {
     fn libc_kill(pid: i32, signal: i32) -> i32;
 }
 
+/// What a process uses, from /proc.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// CPU time, user and system, in seconds (with the children it waited for).
+    pub cpu_seconds: f64,
+    /// Resident memory now (`VmRSS`), in MiB.
+    pub rss_mib: f64,
+}
+
+/// The fields of /proc/PID/stat after the command's `(name)`: state is field 3 of the line.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_owned).collect())
+}
+
+fn parent(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// [`Usage`] of `pid`, zero for a process that is gone.
+fn process_usage(pid: u32) -> Usage {
+    let Some(fields) = stat_fields(pid) else { return Usage::default() };
+    // utime, stime, and those of the children it waited for: fields 14-17 of the line, in clock ticks (100 a second).
+    let ticks: u64 = fields[11..15].iter().map(|f| f.parse::<u64>().unwrap()).sum();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0.0);
+    Usage { cpu_seconds: ticks as f64 / 100.0, rss_mib: kib / 1024.0 }
+}
+
 /// Parses a line the counter, the tagged guest or the Java KCL 3.x worker
 /// ([`crate::java_kcl3`]) logged:
 /// `... kcl_host::guest: record <seq> <key> <data> shard="<id>" processor="<version>"`.
@@ -187,18 +225,6 @@ pub fn parse_delivered(line: &str) -> Option<Delivered> {
     let _key = parts.next()?;
     let data = parts.next().unwrap_or("").to_owned();
     Some(Delivered { shard: shard.to_owned(), sequence_number, data, processor: processor.to_owned() })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_guest_line_gives_its_record_shard_and_version() {
-        let line = r#"2026-12-03T15:27:38Z  INFO worker{worker=w1}: kcl_host::guest: record-v2 4900 key-1 hello world shard="shardId-000000000000" processor="59979557d27c (tagged@2.0.0)""#;
-        let d = super::parse_delivered(line).unwrap();
-        assert_eq!((d.shard.as_str(), d.sequence_number.as_str(), d.data.as_str()), ("shardId-000000000000", "4900", "hello world"));
-        assert_eq!(d.processor, "59979557d27c (tagged@2.0.0)");
-        assert!(super::parse_delivered(&line.replace("record-v2", "initialize-v2")).is_none());
-    }
 }
 
 /// Seconds since midnight (UTC) of a log line's RFC 3339 timestamp: for
@@ -215,4 +241,16 @@ pub fn requests_sent(log: &[String]) -> std::collections::BTreeMap<String, u64> 
     let line = log.iter().find(|l| l.contains("requests sent: ")).expect("the exit line");
     let pairs = line.split_once("requests sent: ").unwrap().1.split_whitespace().filter_map(|pair| pair.split_once('='));
     pairs.map(|(op, n)| (op.to_owned(), n.parse().unwrap())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_guest_line_gives_its_record_shard_and_version() {
+        let line = r#"2026-12-03T15:27:38Z  INFO worker{worker=w1}: kcl_host::guest: record-v2 4900 key-1 hello world shard="shardId-000000000000" processor="59979557d27c (tagged@2.0.0)""#;
+        let d = super::parse_delivered(line).unwrap();
+        assert_eq!((d.shard.as_str(), d.sequence_number.as_str(), d.data.as_str()), ("shardId-000000000000", "4900", "hello world"));
+        assert_eq!(d.processor, "59979557d27c (tagged@2.0.0)");
+        assert!(super::parse_delivered(&line.replace("record-v2", "initialize-v2")).is_none());
+    }
 }
