@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use kcl_testkit::process::KclHost;
+use kcl_testkit::process::{log_seconds, KclHost};
 use kcl_testkit::{clients, unique, TestStream};
 
 const RUNS: usize = 3;
@@ -28,19 +28,6 @@ fn start_guest(guest: &str, stream: &str, cache: &str) -> KclHost {
         env!("CARGO_BIN_EXE_kcl-host").as_ref(),
         &["run", &processor, "--stream", stream, "--application", &application, "--idle-time-between-reads", "200ms", "--cache-dir", cache],
     )
-}
-
-/// Seconds since midnight of a log line's RFC 3339 timestamp.
-fn timestamp(line: &str) -> f64 {
-    let time = line.split('T').nth(1).expect("timestamped line").trim_end_matches(|c: char| !c.is_ascii_digit());
-    let time = &time[..time.find('Z').unwrap_or(time.len())];
-    let mut parts = time.split(':');
-    let (h, m, s): (f64, f64, f64) = (
-        parts.next().unwrap().parse().unwrap(),
-        parts.next().unwrap().parse().unwrap(),
-        parts.next().unwrap().parse().unwrap(),
-    );
-    h * 3600.0 + m * 60.0 + s
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -152,7 +139,7 @@ async fn main() {
             .iter()
             .find(|l| l.contains("kcl_host::guest: record ") && children.iter().any(|c| l.contains(c.as_str())))
             .expect("a child record");
-        pickups.push(timestamp(first_child) - timestamp(end));
+        pickups.push(log_seconds(first_child) - log_seconds(end));
     }
     println!("parent SHARD_END -> first child record: median {:.3} s over {RUNS} runs ({pickups:.3?})", median(pickups.clone()));
 }
