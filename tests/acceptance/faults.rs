@@ -286,6 +286,36 @@ async fn kinesis_read_failures_are_retried_in_place_and_deliver_nothing_twice() 
     }
 }
 
+/// A ResourceNotFoundException for a shard its stream still lists (local
+/// servers give one for a sequence number they cannot place) is a read to
+/// try again, not a deleted stream: the worker goes on and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_answered_not_found_for_a_listed_shard_is_tried_again_and_the_worker_goes_on() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("not-found"), 1).await;
+    let shard = stream.shards().await[0].id.clone();
+    let proxy = FaultProxy::start(&upstream("KINESIS")).await;
+    let mut host = start_through(&proxy, "KINESIS", "counter", &stream.name, &unique("not-found-app"), "worker-1", &[]);
+    let mut all = payloads("before", 10);
+    stream.put(&shard, &all).await;
+    host.wait_for("the first records", LIMIT, |log| processed(log, &all)).await;
+
+    let not_found = |operation| Rule { operation: Some(operation), body_contains: None, fault: Fault::Fail(400, "ResourceNotFoundException"), times: Some(2) };
+    proxy.set(vec![not_found("GetRecords"), not_found("GetShardIterator")]);
+    let during = payloads("during", 10);
+    stream.put(&shard, &during).await;
+    all.extend(during);
+    faults_applied(&proxy, 4).await;
+    host.wait_for("every record", LIMIT, |log| processed(log, &all)).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    assert!(count_lines(&log, &format!("exists and lists shard {shard}; reading it again")) >= 1, "{}", log.join("\n"));
+    let times = times_delivered(&log);
+    for data in &all {
+        assert!(times.contains_key(data), "{data}: delivered\n{}", log.join("\n"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_signal_stops_at_once_during_a_long_call() {
     let aws = clients().await;

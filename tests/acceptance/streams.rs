@@ -248,6 +248,6 @@ async fn two_streams_resharded_at_once_under_failing_reads_and_a_kill_keep_each_
             assert!(!log[first..].iter().any(|d| child.parents.contains(&d.shard)), "a record of a parent of {} after the child's first", child.key);
         }
     }
-    let (exit, _) = second.interrupt().await;
-    assert!(exit.success());
+    let (exit, log) = second.interrupt().await;
+    assert!(exit.success(), "{exit:?}; the worker's log:\n{}", log.join("\n"));
 }

@@ -233,7 +233,13 @@ impl Fetcher {
                     if matches!(e, SdkError::TimeoutError(_)) {
                         self.limit = (self.limit / 2).max(MIN_LIMIT);
                     }
-                    let error = AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e);
+                    let mut error = AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e);
+                    if let AwsError::StreamNotFound(_) = error {
+                        // Gone for real: that error stops the worker. Still there: a fresh iterator.
+                        crate::stream::list_shards(&self.client, &self.stream).await?;
+                        self.iterator = None;
+                        error = self.not_found_while_listed("GetRecords");
+                    }
                     if !error.is_transient() {
                         return Err(error);
                     }
@@ -305,7 +311,10 @@ impl Fetcher {
         };
         let output = match request.send().await {
             Ok(output) => output,
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) && self.is_past_retention().await? => {
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
+                if !self.is_past_retention().await? {
+                    return Err(self.not_found_while_listed("GetShardIterator"));
+                }
                 tracing::warn!(shard = %self.shard, "the shard is no longer in the stream (past retention): ending it as if at SHARD_END");
                 return Ok(None);
             }
@@ -318,6 +327,18 @@ impl Fetcher {
         })?;
         self.iterator = Some(iterator.clone());
         Ok(Some(iterator))
+    }
+
+    /// A ResourceNotFoundException for a shard the stream still lists: not
+    /// a deleted stream (which stops the worker) but an answer to try again,
+    /// as any failed read is. Local servers give it for a sequence number
+    /// they cannot place.
+    fn not_found_while_listed(&self, operation: &'static str) -> AwsError {
+        AwsError::Service {
+            operation,
+            code: "ResourceNotFoundException".into(),
+            message: format!("stream `{}` exists and lists shard {}; reading it again", self.stream, self.shard),
+        }
     }
 
     /// Whether the stream exists but no longer lists this shard. (A missing
