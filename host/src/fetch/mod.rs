@@ -222,6 +222,14 @@ impl Fetcher {
                     self.iterator = None;
                     continue;
                 }
+                // Whether the stream is gone, the shard past retention, or neither
+                // (local servers say so of a sequence number they cannot place):
+                // a fresh iterator's answer tells (see `shard_iterator`).
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
+                    tracing::warn!(shard = %self.shard, "GetRecords answered ResourceNotFoundException; asking for a fresh iterator");
+                    self.iterator = None;
+                    continue;
+                }
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_provisioned_throughput_exceeded_exception()) => {
                     throttles += 1;
                     let wait = self.throttled.next_wait();
@@ -233,13 +241,7 @@ impl Fetcher {
                     if matches!(e, SdkError::TimeoutError(_)) {
                         self.limit = (self.limit / 2).max(MIN_LIMIT);
                     }
-                    let mut error = AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e);
-                    if let AwsError::StreamNotFound(_) = error {
-                        // Gone for real: that error stops the worker. Still there: a fresh iterator.
-                        crate::stream::list_shards(&self.client, &self.stream).await?;
-                        self.iterator = None;
-                        error = self.not_found_while_listed("GetRecords");
-                    }
+                    let error = AwsError::from_sdk(Service::Kinesis, "GetRecords", &self.stream, e);
                     if !error.is_transient() {
                         return Err(error);
                     }
