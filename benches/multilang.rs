@@ -50,23 +50,13 @@ async fn backlog() -> (TestStream, BTreeMap<String, String>) {
     (stream, last)
 }
 
-/// Shards whose checkpoint in `application`'s lease table is their last record.
-async fn checkpointed(application: &str, last: &BTreeMap<String, String>) -> usize {
+/// The checkpoints in `application`'s lease table (none before the table exists).
+async fn checkpoints(application: &str) -> Vec<(String, Checkpoint)> {
     let dynamodb = clients().await.dynamodb;
-    let rows = match dynamodb.describe_table().table_name(application).send().await {
-        Ok(_) => leases(&dynamodb, application).await,
-        Err(_) => Vec::new(),
-    };
-    rows.iter()
-        .filter(|l| matches!(&l.checkpoint, Checkpoint::At(p) if last.get(l.key.shard_id()).is_some_and(|s| s == p.sequence_number())))
-        .count()
-}
-
-/// Whether any shard has a checkpoint inside the stream yet.
-async fn any_checkpoint(application: &str) -> bool {
-    let dynamodb = clients().await.dynamodb;
-    dynamodb.describe_table().table_name(application).send().await.is_ok()
-        && leases(&dynamodb, application).await.iter().any(|l| matches!(l.checkpoint, Checkpoint::At(_)))
+    if dynamodb.describe_table().table_name(application).send().await.is_err() {
+        return Vec::new();
+    }
+    leases(&dynamodb, application).await.into_iter().map(|l| (l.key.shard_id().to_owned(), l.checkpoint)).collect()
 }
 
 /// Waits for `consumer` to drain the backlog into `application`'s table and prints its line.
@@ -74,8 +64,13 @@ async fn drain(name: &str, mut consumer: KclHost, application: &str, last: &BTre
     let started = Instant::now();
     let poll = Duration::from_millis(100);
     let mut first = None;
-    while checkpointed(application, last).await < last.len() {
-        if first.is_none() && any_checkpoint(application).await {
+    loop {
+        let checkpoints = checkpoints(application).await;
+        let at = |shard: &str, position: &Checkpoint| matches!(position, Checkpoint::At(p) if last.get(shard).is_some_and(|s| s == p.sequence_number()));
+        if checkpoints.iter().filter(|(shard, position)| at(shard, position)).count() == last.len() {
+            break;
+        }
+        if first.is_none() && checkpoints.iter().any(|(_, position)| matches!(position, Checkpoint::At(_))) {
             first = Some(Instant::now());
         }
         if consumer.exited() || started.elapsed() > LIMIT {
