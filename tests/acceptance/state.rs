@@ -19,14 +19,27 @@ const FLAGS: [&str; 2] = ["--failover-time", "2s"];
 
 /// `kcl-host run user-totals` against moto.
 fn worker(stream: &str, application: &str, id: &str, extra: &[&str]) -> KclHost {
+    worker_of("user-totals", stream, application, id, extra)
+}
+
+/// `kcl-host run GUEST` against moto.
+fn worker_of(guest: &str, stream: &str, application: &str, id: &str, extra: &[&str]) -> KclHost {
     let endpoint = java_kcl3::dynamodb_endpoint();
     let mut flags = FLAGS.to_vec();
     flags.extend_from_slice(extra);
-    start_with_env("user-totals", stream, application, id, &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)])
+    start_with_env(guest, stream, application, id, &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)])
 }
 
-/// What was produced: cents per user.
+/// What was produced: cents per user (or records per user).
 pub(super) type Sums = Arc<Mutex<BTreeMap<String, i64>>>;
+
+/// What a [`Purchases`] producer put.
+pub(super) struct Produced {
+    /// Cents per user.
+    pub(super) sums: BTreeMap<String, i64>,
+    /// Records per user.
+    pub(super) counts: BTreeMap<String, i64>,
+}
 
 /// Puts purchases by partition key (the user), `per_tick` every 100 ms over
 /// `users` users, until stopped.
@@ -34,14 +47,15 @@ pub(super) struct Purchases {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     sums: Sums,
+    counts: Sums,
 }
 
 impl Purchases {
     pub(super) fn start(stream: &TestStream, users: usize, per_tick: usize) -> Self {
         let stream = TestStream { name: stream.name.clone(), kinesis: stream.kinesis.clone() };
         let (stop, mut stopped) = watch::channel(false);
-        let sums = Sums::default();
-        let log = sums.clone();
+        let (sums, counts) = (Sums::default(), Sums::default());
+        let (log, counted) = (sums.clone(), counts.clone());
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
@@ -53,15 +67,20 @@ impl Purchases {
                     .map(|_| (format!("user-{:03}", fastrand::usize(..users)), format!(r#"{{"cents": {}}}"#, fastrand::i64(1..1000))))
                     .collect();
                 put_purchases(&stream, &batch, &log).await;
+                let mut counted = counted.lock().unwrap();
+                for (user, _) in &batch {
+                    *counted.entry(user.clone()).or_default() += 1;
+                }
             }
         });
-        Purchases { stop, task, sums }
+        Purchases { stop, task, sums, counts }
     }
 
-    pub(super) async fn stop(self) -> BTreeMap<String, i64> {
+    pub(super) async fn stop(self) -> Produced {
         self.stop.send_replace(true);
         self.task.await.expect("the producer does not panic");
-        Arc::try_unwrap(self.sums).expect("the task is done").into_inner().unwrap()
+        let take = |map: Sums| Arc::try_unwrap(map).expect("the task is done").into_inner().unwrap();
+        Produced { sums: take(self.sums), counts: take(self.counts) }
     }
 }
 
@@ -220,7 +239,7 @@ async fn user_totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merg
     third.kill().await;
     let fifth = worker(&stream.name, &application, "worker-5", &[]);
 
-    let expected = purchases.stop().await;
+    let expected = purchases.stop().await.sums;
     assert!(expected.values().sum::<i64>() > 0);
     let items = totals_become(&aws, &application, &stream.name, &expected).await;
     owned_by_their_shards(&stream, &items).await;
@@ -309,4 +328,80 @@ async fn a_key_put_with_an_explicit_hash_key_keeps_its_state_on_the_shard_its_re
     let items = state_items(&aws, &application, &stream.name).await;
     let item = &items[&user];
     assert_eq!((item.total, item.shard.as_str()), (15, shards[1].id.as_str()), "the state lives where the records went");
+}
+
+/// Splits the first open shard and merges two adjacent others.
+async fn split_and_merge(stream: &TestStream) {
+    let open: Vec<_> = stream.shards().await.into_iter().filter(|s| !s.closed).collect();
+    assert_eq!(stream.split(&open[0].id).await.len(), 2);
+    let mut by_range: Vec<_> = open[1..].iter().map(|s| (s.starting_hash_key.parse::<u128>().unwrap(), s)).collect();
+    by_range.sort_by_key(|(start, _)| *start);
+    let (a, b) = by_range
+        .windows(2)
+        .map(|w| (w[0].1, w[1].1))
+        .find(|(a, b)| a.ending_hash_key.parse::<u128>().unwrap() + 1 == b.starting_hash_key.parse::<u128>().unwrap())
+        .expect("two adjacent open shards");
+    stream.merge(&a.id, &b.id).await;
+}
+
+/// Reads the lease table until `n` leases are at `SHARD_END`; the log of
+/// `worker` tells why when they never are.
+async fn shards_ended(aws: &AwsClients, application: &str, n: usize, worker: &KclHost) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let rows = leases(&aws.dynamodb, application).await;
+        if rows.iter().filter(|l| l.checkpoint == Checkpoint::ShardEnd).count() >= n {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("fewer than {n} leases at SHARD_END: {rows:#?}\nlog of one worker:\n{}", worker.log().await.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn state_left_uncheckpointed_when_a_shard_ends_is_committed_with_shard_end() {
+    // The keyed guest counts records per key in state and checkpoints only
+    // after a `checkpoint` record; nothing in its shutdown(shard-end). So
+    // every parent's changes reach the table only with its SHARD_END.
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("state-end"), 4).await;
+    let application = unique("state-end-app");
+    let flags = ["--var", "checkpoint=marked"];
+    let mut first = worker_of("keyed", &stream.name, &application, "worker-1", &flags);
+    let second = worker_of("keyed", &stream.name, &application, "worker-2", &flags);
+    let purchases = Purchases::start(&stream, 40, 8);
+    first.wait_for("leases", LIMIT, |log| count_lines(log, "first lease pass done") >= 1).await;
+
+    split_and_merge(&stream).await;
+    // The three parents end (their pending counts committed with SHARD_END);
+    // then the first worker hands its leases over (shutdown(requested), no
+    // checkpoint: what it had not committed is counted again by the next owner).
+    shards_ended(&aws, &application, 3, &first).await;
+    let (exit, first_log) = first.interrupt().await;
+    assert!(exit.success(), "the first worker stops cleanly: {first_log:?}");
+    let produced = purchases.stop().await;
+
+    // One `checkpoint` record on every open shard, under a key of its range:
+    // each shard commits what it counted.
+    let open: Vec<HashRange> = stream
+        .shards()
+        .await
+        .into_iter()
+        .filter(|s| !s.closed)
+        .map(|s| HashRange::parse(&s.starting_hash_key, &s.ending_hash_key).unwrap())
+        .collect();
+    let markers: Vec<String> = open.iter().map(|range| (0..).map(|i| format!("marker-{i}")).find(|key| range.contains(key, None)).unwrap()).collect();
+    let records: Vec<(&[u8], &str)> = markers.iter().map(|key| (&b"checkpoint"[..], key.as_str())).collect();
+    stream.put_by_key(&records).await;
+
+    let mut expected: BTreeMap<String, i64> = produced.counts;
+    expected.extend(markers.iter().map(|key| (key.clone(), 1)));
+    let items = totals_become(&aws, &application, &stream.name, &expected).await;
+    owned_by_their_shards(&stream, &items).await;
+    let (exit, log) = second.interrupt().await;
+    assert!(exit.success(), "{log:?}");
+    let committed_at_end = count_lines(&log, "with SHARD_END") + count_lines(&first_log, "with SHARD_END");
+    assert!(committed_at_end >= 1, "the log says what SHARD_END committed");
 }

@@ -287,12 +287,12 @@ impl LeaseStore for DynamoStore {
         self.send_update("UpdateItem (checkpoint)", lease, update, ours).await
     }
 
-    async fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
+    async fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
         if !state_log::fits_one_transaction(state.changes) {
-            return self.commit_by_log(lease, checkpoint, state).await;
+            return self.commit_by_log(lease, checkpoint, children, state).await;
         }
         // The checkpoint's own update, as the transaction's first item.
-        let (expression, mut values) = checkpoint_update(checkpoint, &BTreeSet::new());
+        let (expression, mut values) = checkpoint_update(checkpoint, children);
         let (condition, fence) = fence(lease, true);
         values.extend(fence);
         let update = Update::builder()
@@ -309,7 +309,13 @@ impl LeaseStore for DynamoStore {
         let sent = self.client.transact_write_items().set_transact_items(Some(items)).client_request_token(token).customize().config_override(patient()).send().await;
         match sent {
             // A transaction returns no row; the row is the one it wrote.
-            Ok(_) => Ok(Some(Lease { counter: lease.counter + 1, checkpoint: checkpoint.clone(), owner_switches_since_checkpoint: 0, ..lease.clone() })),
+            Ok(_) => Ok(Some(Lease {
+                counter: lease.counter + 1,
+                checkpoint: checkpoint.clone(),
+                owner_switches_since_checkpoint: 0,
+                children: if children.is_empty() { lease.children.clone() } else { children.clone() },
+                ..lease.clone()
+            })),
             Err(e) => {
                 if !state_log::lease_row_failed(&e) {
                     return Err(self.error("TransactWriteItems (checkpoint with state)", e));

@@ -261,10 +261,10 @@ impl<S: LeaseStore> HeldLease<S> {
         self.write_checkpoint(checkpoint, children, None).await
     }
 
-    /// Writes a checkpoint and commits `state` with it, in one write fenced
-    /// by owner and counter.
-    pub async fn commit(&self, checkpoint: Checkpoint, state: &StateCommit<'_>) -> Result<(), CheckpointFailure> {
-        self.write_checkpoint(checkpoint, &BTreeSet::new(), Some(state)).await
+    /// Writes a checkpoint (with `ShardEnd`, the shard's `children` too) and
+    /// commits `state` with it, in one write fenced by owner and counter.
+    pub async fn commit(&self, checkpoint: Checkpoint, children: &BTreeSet<String>, state: &StateCommit<'_>) -> Result<(), CheckpointFailure> {
+        self.write_checkpoint(checkpoint, children, Some(state)).await
     }
 
     async fn write_checkpoint(&self, checkpoint: Checkpoint, children: &BTreeSet<String>, state: Option<&StateCommit<'_>>) -> Result<(), CheckpointFailure> {
@@ -274,7 +274,7 @@ impl<S: LeaseStore> HeldLease<S> {
         }
         let sent = Instant::now();
         let written = match state {
-            Some(state) => self.store.commit(&lease, &checkpoint, state).await,
+            Some(state) => self.store.commit(&lease, &checkpoint, children, state).await,
             None => self.store.checkpoint(&lease, &checkpoint, children).await,
         };
         match written {

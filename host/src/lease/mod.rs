@@ -35,6 +35,7 @@ use std::future::Future;
 
 use crate::aws::AwsError;
 pub use key::{LeaseKey, StreamIdentifier};
+pub use state_log::fits_one_transaction as state_fits_one_transaction;
 use crate::records::kpl::HashRange;
 use crate::records::Position;
 use state_commit::StateCommit;
@@ -253,10 +254,17 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
 
     /// Records a checkpoint for a lease its owner holds and commits `state`
-    /// (the state changes it covers) in the same atomic write. Only the
-    /// DynamoDB table has transactions; other stores refuse.
-    fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send {
-        let _ = (lease, checkpoint, state);
+    /// (the state changes it covers) in the same atomic write; with
+    /// `ShardEnd`, the shard's children too. Only the DynamoDB table has
+    /// transactions; other stores refuse.
+    fn commit(
+        &self,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        children: &BTreeSet<String>,
+        state: &StateCommit<'_>,
+    ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send {
+        let _ = (lease, checkpoint, children, state);
         async { Err(LeaseError::NoTransactions) }
     }
 

@@ -20,6 +20,7 @@
 //! changes (the same item writes), an `UpdateItem`, a `GetItem`, and the
 //! log items' deletes.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -42,8 +43,9 @@ const APPLY_BYTES: usize = 3_500_000;
 /// Most bytes of encoded changes in one log item (an item holds 400 KB).
 const LOG_ITEM_BYTES: usize = 350_000;
 
-/// Whether `changes` fit one transaction beside the checkpoint.
-pub(super) fn fits_one_transaction(changes: &StateChanges) -> bool {
+/// Whether `changes` fit one transaction beside the checkpoint (more are
+/// committed through a log).
+pub fn fits_one_transaction(changes: &StateChanges) -> bool {
     changes.len() <= APPLY_ITEMS && size(changes.iter()) <= APPLY_BYTES
 }
 
@@ -147,7 +149,7 @@ impl Pending {
 
 impl DynamoStore {
     /// Commits `state` with `checkpoint` through a log (see the module).
-    pub(super) async fn commit_by_log(&self, lease: &Lease, checkpoint: &Checkpoint, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
+    pub(super) async fn commit_by_log(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
         let payloads = encode(state.changes);
         let token = state.token(lease.key.as_str(), lease.counter, checkpoint.as_column());
         let pending = Pending { table: state.table.to_owned(), token, parts: payloads.len() };
@@ -167,7 +169,7 @@ impl DynamoStore {
                 .map_err(|e| self.error("PutItem (state log)", e))?;
         }
         // The commit.
-        let (expression, values) = checkpoint_update(checkpoint, &Default::default());
+        let (expression, values) = checkpoint_update(checkpoint, children);
         let update = self.conditional_update(lease, true).update_expression(format!("{expression}, {PENDING} = :pending"));
         let update = values.into_iter().fold(update, |update, (name, value)| update.expression_attribute_values(name, value));
         let update = update.expression_attribute_values(":pending", AttributeValue::S(pending.marker()));

@@ -7,7 +7,7 @@ use wasmtime::Store;
 
 use super::contract::Exports;
 use super::store::{Limits, ShardState};
-use super::{CallError, CheckpointError, ProcessorError, ShardInfo, ShutdownReason, WindowBounds};
+use super::{CallError, CheckpointError, ProcessorError, ShardInfo, ShutdownReason, StateChanges, WindowBounds};
 use crate::records::Batch;
 
 /// A processor instance bound to one shard; made by
@@ -91,6 +91,12 @@ impl ShardInstance {
     /// before a window closes). Nothing new delivered: nothing written.
     pub async fn checkpoint(&mut self) -> Result<(), CheckpointError> {
         self.store.data_mut().checkpoints.checkpoint_last().await
+    }
+
+    /// The state changes made since the last checkpoint: what a write
+    /// covering every record delivered must commit (`SHARD_END`).
+    pub fn pending_state(&self) -> &StateChanges {
+        self.store.data().checkpoints.state.pending()
     }
 
     /// Calls `shutdown`. After `lease-lost` every checkpoint is refused, even

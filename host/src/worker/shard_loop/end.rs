@@ -7,18 +7,37 @@ use std::sync::Arc;
 use super::{Interrupt, Outcome, ShardLoop};
 use crate::lease::coordinator::CheckpointFailure;
 use crate::lease::{Checkpoint, LeaseStore};
-use crate::runtime::{ShardInstance, ShutdownReason};
+use crate::lease::state_fits_one_transaction;
+use crate::runtime::{CheckpointError, ShardInstance, ShutdownReason, StateChanges};
 
 impl<S: LeaseStore> ShardLoop<S> {
     /// The shard is fully read and done: `shutdown(shard-end)` on each of
-    /// its instances, then `SHARD_END`.
+    /// its instances, then `SHARD_END`, committing in the same write every
+    /// state change not yet checkpointed (`SHARD_END` says every record's
+    /// changes are in). Changes too many for one transaction are committed
+    /// first through the state log at the last record, so that a
+    /// `SHARD_END` row never names a log left to apply: nobody takes that
+    /// lease again to apply it, and its children read the state at once.
     pub(super) async fn end_shard(&self, instances: &mut [ShardInstance], children: BTreeSet<String>) -> Interrupt {
-        for instance in instances {
+        let mut pending = StateChanges::new();
+        for instance in instances.iter_mut() {
             if let Err(e) = instance.shutdown(ShutdownReason::ShardEnd).await {
                 return Interrupt::Failed(format!("shutdown(shard-end) failed, so SHARD_END was not written: {e}"));
             }
+            if !state_fits_one_transaction(instance.pending_state())
+                && let Err(e) = instance.checkpoint().await
+            {
+                if matches!(e, CheckpointError::LeaseLost) {
+                    return Interrupt::Done(Outcome::LeaseLost);
+                }
+                return Interrupt::Failed(format!("committing the state left at the shard's end failed, so SHARD_END was not written: {e}"));
+            }
+            pending.extend(instance.pending_state().iter().map(|(key, value)| (key.clone(), value.clone())));
         }
-        match self.held.checkpoint(Checkpoint::ShardEnd, &children).await {
+        if !pending.is_empty() {
+            tracing::info!(shard = %self.held.key(), changes = pending.len(), "committing the state changes made since the last checkpoint with SHARD_END");
+        }
+        match self.committer().write(Checkpoint::ShardEnd, &children, &pending).await {
             Ok(()) => {
                 tracing::info!(shard = %self.held.key(), processor = self.processor.borrow().describe(), ?children, "shard processed to its end; SHARD_END written");
                 Interrupt::Done(Outcome::ShardEnd { children })

@@ -74,13 +74,12 @@ impl<S: LeaseStore> Hooks for ShardHooks<'_, S> {
     }
 }
 
-/// Writes a guest's checkpoints to the lease table through the held lease,
-/// with the state changes they cover.
-pub(super) struct LeaseSink<S> {
+/// Writes a shard's checkpoints to the lease table through the held lease,
+/// each with the state changes it covers (and, with `--window`, the open
+/// window's index) in the same write.
+pub(super) struct Committer<S> {
     pub(super) held: Arc<HeldLease<S>>,
     pub(super) metrics: ShardMetrics,
-    /// The last checkpoint written, for the consumer's re-delivery on a swap.
-    pub(super) checkpointed: Arc<StdMutex<Option<Position>>>,
     /// Where state changes are committed, and the shard's stream.
     pub(super) state: Arc<StateTable>,
     pub(super) stream: String,
@@ -88,40 +87,58 @@ pub(super) struct LeaseSink<S> {
     pub(super) window: Option<Arc<StdMutex<WindowIndex>>>,
 }
 
+impl<S: LeaseStore> Committer<S> {
+    /// Writes `checkpoint` (with `SHARD_END`, the shard's `children`) and
+    /// commits `changes` with it: both or neither.
+    pub(super) async fn write(&self, checkpoint: Checkpoint, children: &BTreeSet<String>, changes: &StateChanges) -> Result<(), CheckpointFailure> {
+        let index = self.window.as_ref().map(|window| window.lock().expect("not poisoned").commit_items(changes)).unwrap_or_default();
+        let merged: StateChanges;
+        let state = if index.is_empty() {
+            changes
+        } else {
+            merged = changes.iter().map(|(k, v)| (k.clone(), v.clone())).chain(index).collect();
+            &merged
+        };
+        let written = if state.is_empty() {
+            self.held.checkpoint(checkpoint, children).await
+        } else {
+            match self.state.ensure().await {
+                Ok(()) => {
+                    let key = self.held.key();
+                    let commit = StateCommit { table: self.state.name(), stream: &self.stream, shard: key.shard_id(), changes: state };
+                    let started = std::time::Instant::now();
+                    let committed = self.held.commit(checkpoint, children, &commit).await;
+                    if committed.is_ok() {
+                        self.metrics.state_committed(state.len(), started.elapsed());
+                    }
+                    committed
+                }
+                Err(e) => Err(CheckpointFailure::Unavailable(format!("the state table could not be made ready: {e}"))),
+            }
+        };
+        self.metrics.checkpoint(written.is_ok());
+        if written.is_ok()
+            && let Some(window) = &self.window
+        {
+            window.lock().expect("not poisoned").committed();
+        }
+        written
+    }
+}
+
+/// Writes a guest's checkpoints to the lease table (see [`Committer`]),
+/// noting each for the consumer's re-delivery on a swap.
+pub(super) struct LeaseSink<S> {
+    pub(super) committer: Committer<S>,
+    /// The last checkpoint written.
+    pub(super) checkpointed: Arc<StdMutex<Option<Position>>>,
+}
+
 impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
     fn checkpoint<'a>(&'a mut self, position: Position, changes: &'a StateChanges) -> CheckpointFuture<'a> {
         Box::pin(async move {
-            let checkpoint = Checkpoint::At(position.clone());
-            let index = self.window.as_ref().map(|window| window.lock().expect("not poisoned").commit_items(changes)).unwrap_or_default();
-            let merged: StateChanges;
-            let state = if index.is_empty() {
-                changes
-            } else {
-                merged = changes.iter().map(|(k, v)| (k.clone(), v.clone())).chain(index).collect();
-                &merged
-            };
-            let written = if state.is_empty() {
-                self.held.checkpoint(checkpoint, &BTreeSet::new()).await
-            } else {
-                match self.state.ensure().await {
-                    Ok(()) => {
-                        let key = self.held.key();
-                        let commit = StateCommit { table: self.state.name(), stream: &self.stream, shard: key.shard_id(), changes: state };
-                        let started = std::time::Instant::now();
-                        let committed = self.held.commit(checkpoint, &commit).await;
-                        if committed.is_ok() {
-                            self.metrics.state_committed(state.len(), started.elapsed());
-                        }
-                        committed
-                    }
-                    Err(e) => Err(CheckpointFailure::Unavailable(format!("the state table could not be made ready: {e}"))),
-                }
-            };
-            self.metrics.checkpoint(written.is_ok());
+            let written = self.committer.write(Checkpoint::At(position.clone()), &BTreeSet::new(), changes).await;
             if written.is_ok() {
-                if let Some(window) = &self.window {
-                    window.lock().expect("not poisoned").committed();
-                }
                 *self.checkpointed.lock().expect("not poisoned") = Some(position);
             }
             written.map_err(|e| match e {

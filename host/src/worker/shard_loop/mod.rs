@@ -19,7 +19,7 @@ mod window;
 
 use super::in_flight::InFlightBoard;
 use super::redelivery::{Budget, Unacknowledged};
-use hooks::{LeaseSink, ShardHooks};
+use hooks::{Committer, LeaseSink, ShardHooks};
 use start::{starting_position, Start};
 pub use window::Windows;
 use crate::aws::AwsError;
@@ -270,14 +270,18 @@ impl<S: LeaseStore> ShardLoop<S> {
     /// Where the instance's checkpoints go with one instance per shard: to
     /// the lease, noting each in `checkpointed`.
     fn lease_sink(&self, checkpointed: &Arc<StdMutex<Option<Position>>>) -> Box<dyn CheckpointSink> {
-        Box::new(LeaseSink {
+        Box::new(LeaseSink { committer: self.committer(), checkpointed: checkpointed.clone() })
+    }
+
+    /// Writes the shard's checkpoints with the state they cover.
+    fn committer(&self) -> Committer<S> {
+        Committer {
             held: self.held.clone(),
             metrics: self.metrics.clone(),
-            checkpointed: checkpointed.clone(),
             state: self.state.clone(),
             stream: self.stream.clone(),
             window: self.windows.index(),
-        })
+        }
     }
 
     /// A fresh instance of `processor` for this shard, initialized from
