@@ -292,3 +292,67 @@ fn a_python_request_nobody_allowed_is_refused_with_the_flag_that_allows_it() {
     assert!(output.contains("looking up http://127.0.0.1:9/users/"), "the processor's error names the URL: {output}");
     assert!(output.contains("HTTP-request-denied"), "and wasi:http's code: {output}");
 }
+
+/// A local HTTP server on 127.0.0.1 that answers 200 to anything and
+/// counts the connections it accepted.
+fn counting_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut request = [0; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (port, accepted)
+}
+
+/// Replays `forward` on one `http:<url>` record per URL with `allow` as
+/// the only `--allow-outbound`: (exit code, everything it printed).
+fn fetch_each(urls: &[String], allow: &str) -> (i32, String) {
+    let input = tempfile::NamedTempFile::new().unwrap();
+    let lines: Vec<String> = urls.iter().map(|url| serde_json::json!({ "data": format!("http:{url}") }).to_string()).collect();
+    std::fs::write(input.path(), lines.join("\n")).unwrap();
+    let (code, stdout, stderr) = replay_file("forward", input.path().to_str().unwrap(), &["--allow-outbound", allow, "--output", "out=stdout"]);
+    (code, format!("{stdout}{stderr}"))
+}
+
+/// A processor allowed everywhere (`*://*:*`) still reaches no loopback,
+/// link-local or metadata address, however the URL spells it: the host
+/// judges the address the name resolves to. Naming the address allows it.
+#[test]
+fn a_wildcard_allow_list_reaches_no_loopback_or_metadata_address_however_spelled() {
+    let (port, accepted) = counting_server();
+    // Names this machine's /etc/hosts points at loopback (`localhost` at least).
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let mut loopback: Vec<String> = hosts
+        .lines()
+        .filter(|l| l.trim_start().starts_with("127."))
+        .flat_map(|l| l.split_whitespace().skip(1).map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    loopback.extend(["localhost", "127.0.0.1", "127.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.0.0.2", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[::1]", "0.0.0.0", "0"].map(str::to_owned));
+    let mut urls: Vec<String> = loopback.iter().map(|host| format!("http://{host}:{port}/metrics")).collect();
+    // The instance metadata service (nothing listens there on this machine:
+    // the host's verdict is what the test reads).
+    let metadata = ["169.254.169.254", "[::ffff:a9fe:a9fe]", "0251.0376.0251.0376", "2852039166", "0xa9fea9fe", "169.254.170.2", "[fd00:ec2::254]"];
+    urls.extend(metadata.iter().map(|host| format!("http://{host}/latest/meta-data/")));
+
+    let (_, output) = fetch_each(&urls, "*://*:*");
+    for url in &urls {
+        let line = output.lines().find(|l| l.contains(&format!("http {url} "))).unwrap_or_else(|| panic!("no outcome for {url}:\n{output}"));
+        assert!(line.contains(&format!("http {url} failed:")), "{url} was reached: {line}");
+    }
+    assert!(output.contains("a wildcard never allows"), "the host says why: {output}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "the local server was reached:\n{output}");
+
+    // An entry naming the address allows it, in any spelling.
+    let named = vec![format!("http://127.1:{port}/metrics")];
+    let (_, output) = fetch_each(&named, &format!("http://127.0.0.1:{port}"));
+    assert!(output.contains(&format!("http {} 200", named[0])), "{output}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
