@@ -356,3 +356,19 @@ fn a_wildcard_allow_list_reaches_no_loopback_or_metadata_address_however_spelled
     assert!(output.contains(&format!("http {} 200", named[0])), "{output}");
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// A processor that prints 64 MiB in one call fills no disk: its instance
+/// logs at most about a second's worth of lines, and the host says how
+/// much it dropped.
+#[test]
+fn a_processor_flooding_its_output_is_rate_limited_and_told_what_was_dropped() {
+    let input = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(input.path(), "{\"data\": \"flood:64\"}\n{\"data\": \"after\"}\n").unwrap();
+    let (code, stdout, stderr) = replay_file("forward", input.path().to_str().unwrap(), &["--output", "out=stdout"]);
+    assert_eq!(code, 0, "{stdout}\n{}", &stderr[stderr.len().saturating_sub(2000)..]);
+    let printed = stderr.lines().filter(|l| l.contains("kcl_host::guest: ffff")).count();
+    assert!(printed >= 1_000, "a second's worth is kept: {printed} lines");
+    assert!(stderr.len() < 8 << 20, "{} bytes of log for 64 MiB printed", stderr.len());
+    assert!(stderr.contains("of this processor's output: an instance logs at most"), "{}", &stderr[stderr.len().saturating_sub(2000)..]);
+    assert!(stdout.contains("replayed 2 records"), "the next record is processed: {stdout}");
+}

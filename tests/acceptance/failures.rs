@@ -294,3 +294,34 @@ async fn a_partial_failure_checkpoints_the_records_before_it_and_unlimited_retri
     assert!(status.success(), "{}", log.join("\n"));
     assert!(log.iter().any(|l| l.contains("checkpointing the 6 records before it, then delivering again from it")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_megabyte_error_message_leaves_heartbeats_leases_and_dead_letters_working() {
+    let aws = clients().await;
+    let streams = Streams::create(&aws, "long-error", 2).await;
+    let Streams { input, dlq, application, .. } = &streams;
+    let shards = fill(input, "l", 200, &[(1, 50, "fail-long")]).await;
+    let poison = &shards[1][50];
+    let (target, on_failure, admin) = (streams.output(), streams.on_failure(), admin_address());
+    let flags = ["--output", &target, "--on-failure", &on_failure, "--bisect-on-error", "--max-retry-attempts", "2", "--retry-backoff", "100ms", "--admin-listen", &admin, "--failover-time", "3s"];
+    let mut worker = start_with("forward", &input.name, application, "w1", &flags);
+    worker.wait_for("the first lease pass", LIMIT, |log| log.iter().any(|l| l.contains("first lease pass done"))).await;
+
+    let lasts: BTreeMap<String, String> = shards.iter().map(|s| (s[0].shard.clone(), s.last().unwrap().sequence_number.clone())).collect();
+    until_checkpointed(&aws, application, &lasts, &worker, async |_| {}).await;
+    let letters = dead_letters(dlq).await;
+    assert_eq!(letters.len(), 1, "the record with the long error, once: {letters:#?}");
+    assert_eq!(letters[0]["sequence_number"], poison.sequence_number.as_str());
+    let error = letters[0]["error"].as_str().unwrap();
+    assert!(error.contains("asked to fail") && error.len() < 8 * 1024, "the error is cut where it enters: {} bytes", error.len());
+    let (status, _) = http_get(&admin, "/healthz").await;
+    assert!(status.contains("200"), "the worker stays healthy: {status}");
+
+    let (exit, log) = worker.interrupt().await;
+    assert!(exit.success(), "{}", log.join("\n"));
+    let bytes: usize = log.iter().map(String::len).sum();
+    assert!(bytes < 1 << 20, "{bytes} bytes of log for three failures of a 1 MiB message");
+    for refused in ["ValidationException", "lease lost", "could not write the heartbeat"] {
+        assert!(!log.iter().any(|l| l.contains(refused)), "{refused} in the log: the heartbeat row grew past its limit");
+    }
+}

@@ -1,11 +1,18 @@
 //! Where a guest's words end up: its `log` import and its stdout/stderr both
 //! become host log events tagged with the shard and the processor version
 //! that said them (so the log tells which version processed what).
+//!
+//! Nothing a guest says is kept whole: a line is cut at [`MAX_LINE`] bytes,
+//! an error at [`MAX_ERROR`], and an instance logs at most
+//! [`LINES_PER_SECOND`] lines and [`BYTES_PER_SECOND`] bytes a second (a
+//! second's worth at once, as a log driver's rate limit); what it says over
+//! that is dropped, and the host says how much once it may speak again.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
@@ -21,28 +28,109 @@ pub const GUEST_TARGET: &str = "kcl_host::guest";
 /// and from its `log` import (longer messages are cut, and say so).
 const MAX_LINE: usize = 8 * 1024;
 
+/// Longest error message kept from a guest (`retryable`, `fatal`,
+/// `failed-at`): it is logged, kept for `status` and put in dead letters.
+pub const MAX_ERROR: usize = 4 * 1024;
+
+/// Most lines and bytes one instance may log a second.
+const LINES_PER_SECOND: f64 = 1_000.0;
+const BYTES_PER_SECOND: f64 = 1024.0 * 1024.0;
+
 /// Who is speaking: the shard, and the processor version serving it
-/// ([`Processor::describe`](super::Processor::describe)).
+/// ([`Processor::describe`](super::Processor::describe)), and how much
+/// more it may say now.
 #[derive(Clone)]
 pub(crate) struct Speaker {
     pub(crate) shard: Arc<str>,
     pub(crate) processor: Arc<str>,
+    budget: Arc<Mutex<Budget>>,
 }
 
-/// `message` cut to [`MAX_LINE`] bytes (at a character boundary), saying
-/// how long it was.
-fn capped(message: &str) -> std::borrow::Cow<'_, str> {
-    if message.len() <= MAX_LINE {
+impl Speaker {
+    pub(crate) fn new(shard: &str, processor: &str) -> Self {
+        let (shard, processor): (Arc<str>, Arc<str>) = (shard.into(), processor.into());
+        let budget = Arc::new(Mutex::new(Budget::full(Some((shard.clone(), processor.clone())))));
+        Self { shard, processor, budget }
+    }
+}
+
+/// A token bucket of lines and bytes, and what was dropped since the last
+/// line let through (said when the instance ends, if nothing was let
+/// through since).
+struct Budget {
+    /// Whose it is (shard, processor), for that last word.
+    speaker: Option<(Arc<str>, Arc<str>)>,
+    lines: f64,
+    bytes: f64,
+    refilled: Instant,
+    dropped_lines: u64,
+    dropped_bytes: u64,
+}
+
+impl Budget {
+    fn full(speaker: Option<(Arc<str>, Arc<str>)>) -> Self {
+        Budget { speaker, lines: LINES_PER_SECOND, bytes: BYTES_PER_SECOND, refilled: Instant::now(), dropped_lines: 0, dropped_bytes: 0 }
+    }
+
+    /// Whether a line of `len` bytes may be logged now; when it may, what
+    /// was dropped before it (lines, bytes) is handed back once.
+    fn admit(&mut self, len: usize, now: Instant) -> Result<Option<(u64, u64)>, ()> {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.lines = (self.lines + elapsed * LINES_PER_SECOND).min(LINES_PER_SECOND);
+        self.bytes = (self.bytes + elapsed * BYTES_PER_SECOND).min(BYTES_PER_SECOND);
+        if self.lines < 1.0 || self.bytes < len as f64 {
+            self.dropped_lines += 1;
+            self.dropped_bytes += len as u64;
+            return Err(());
+        }
+        self.lines -= 1.0;
+        self.bytes -= len as f64;
+        let dropped = (self.dropped_lines > 0).then_some((self.dropped_lines, self.dropped_bytes));
+        (self.dropped_lines, self.dropped_bytes) = (0, 0);
+        Ok(dropped)
+    }
+}
+
+impl Drop for Budget {
+    fn drop(&mut self) {
+        if let Some((shard, processor)) = &self.speaker
+            && self.dropped_lines > 0
+        {
+            say_dropped(shard, processor, (self.dropped_lines, self.dropped_bytes));
+        }
+    }
+}
+
+fn say_dropped(shard: &str, processor: &str, (lines, bytes): (u64, u64)) {
+    tracing::warn!(
+        target: GUEST_TARGET,
+        shard,
+        processor,
+        "dropped {lines} lines ({bytes} bytes) of this processor's output: an instance logs at most {LINES_PER_SECOND} lines and {BYTES_PER_SECOND} bytes a second"
+    );
+}
+
+/// `message` cut to `max` bytes (at a character boundary), saying how long
+/// it was.
+pub fn cut(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if message.len() <= max {
         return message.into();
     }
-    let end = (0..=MAX_LINE).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
-    format!("{}… (cut: the message had {} bytes, more than the {MAX_LINE} a line keeps)", &message[..end], message.len()).into()
+    let end = (0..=max).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}… (cut: the message had {} bytes, more than the {max} kept)", &message[..end], message.len()).into()
 }
 
-/// Emits one guest log line at `level`.
+/// Emits one guest log line at `level`, unless the speaker is over its rate.
 pub(crate) fn emit(speaker: &Speaker, level: LogLevel, message: &str) {
     let (shard, processor) = (&*speaker.shard, &*speaker.processor);
-    let message = capped(message);
+    let message = cut(message, MAX_LINE);
+    let admitted = speaker.budget.lock().expect("not poisoned").admit(message.len(), Instant::now());
+    match admitted {
+        Err(()) => return,
+        Ok(Some(dropped)) => say_dropped(shard, processor, dropped),
+        Ok(None) => {}
+    }
     match level {
         LogLevel::Trace => tracing::trace!(target: GUEST_TARGET, shard, processor, "{message}"),
         LogLevel::Debug => tracing::debug!(target: GUEST_TARGET, shard, processor, "{message}"),
@@ -171,10 +259,31 @@ mod tests {
 
     #[test]
     fn a_long_log_message_is_cut_and_says_so() {
-        assert_eq!(capped("short"), "short");
+        assert_eq!(cut("short", MAX_LINE), "short");
         let long = "é".repeat(MAX_LINE); // two bytes each
-        let cut = capped(&long);
-        assert!(cut.len() < MAX_LINE + 100, "{} bytes", cut.len());
-        assert!(cut.ends_with(&format!("(cut: the message had {} bytes, more than the {MAX_LINE} a line keeps)", 2 * MAX_LINE)), "{}", &cut[MAX_LINE - 10..]);
+        let kept = cut(&long, MAX_LINE);
+        assert!(kept.len() < MAX_LINE + 100, "{} bytes", kept.len());
+        assert!(kept.ends_with(&format!("(cut: the message had {} bytes, more than the {MAX_LINE} kept)", 2 * MAX_LINE)), "{}", &kept[MAX_LINE - 10..]);
+    }
+
+    #[test]
+    fn an_instance_over_its_rate_is_dropped_and_told_how_much_once_it_may_speak() {
+        let start = Instant::now();
+        let mut budget = Budget::full(None);
+        budget.refilled = start;
+        // A second's worth of lines at once, then nothing.
+        for _ in 0..LINES_PER_SECOND as usize {
+            assert_eq!(budget.admit(10, start), Ok(None));
+        }
+        assert_eq!(budget.admit(10, start), Err(()));
+        assert_eq!(budget.admit(20, start), Err(()));
+        // A tenth of a second later: 100 lines more, the first says what was dropped.
+        let later = start + std::time::Duration::from_millis(100);
+        assert_eq!(budget.admit(10, later), Ok(Some((2, 30))));
+        assert_eq!(budget.admit(10, later), Ok(None));
+        // Bytes count too: a second's worth of bytes is all there is.
+        let mut budget = Budget::full(None);
+        assert_eq!(budget.admit(MAX_LINE, start), Ok(None));
+        assert!((0..200).filter(|_| budget.admit(MAX_LINE, start).is_ok()).count() < BYTES_PER_SECOND as usize / MAX_LINE);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use wasmtime::Store;
 
 use super::contract::Exports;
+use super::guest_log;
 use super::store::{Limits, ShardState};
 use super::{CallError, CheckpointError, ProcessorError, ShardInfo, ShutdownReason, StateChanges, WindowBounds};
 use crate::records::Batch;
@@ -19,6 +20,14 @@ pub struct ShardInstance {
     /// Set once a call trapped (wasmtime forbids entering the instance
     /// again), or the instance was retired.
     poisoned: bool,
+}
+
+/// A guest's error message, cut to [`guest_log::MAX_ERROR`] bytes.
+fn cut_error(message: String) -> String {
+    match guest_log::cut(&message, guest_log::MAX_ERROR) {
+        std::borrow::Cow::Borrowed(_) => message,
+        std::borrow::Cow::Owned(cut) => cut,
+    }
 }
 
 impl ShardInstance {
@@ -166,9 +175,11 @@ impl ShardInstance {
     fn finish_call(&mut self, result: wasmtime::Result<Result<(), ProcessorError>>) -> Result<(), CallError> {
         match result {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(ProcessorError::Retryable(message))) => Err(CallError::Retryable(message)),
-            Ok(Err(ProcessorError::Fatal(message))) => Err(CallError::Fatal(message)),
-            Ok(Err(ProcessorError::FailedAt(failure))) => Err(CallError::FailedAt { index: failure.index, reason: failure.reason }),
+            // Cut where they enter: an error is logged, reported in the
+            // heartbeat row and put in dead letters.
+            Ok(Err(ProcessorError::Retryable(message))) => Err(CallError::Retryable(cut_error(message))),
+            Ok(Err(ProcessorError::Fatal(message))) => Err(CallError::Fatal(cut_error(message))),
+            Ok(Err(ProcessorError::FailedAt(failure))) => Err(CallError::FailedAt { index: failure.index, reason: cut_error(failure.reason) }),
             Err(error) => {
                 self.poisoned = true;
                 Err(self.limits.classify(error, &self.store))

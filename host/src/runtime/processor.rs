@@ -171,7 +171,7 @@ impl Processor {
         shared: Option<Arc<SharedMemory>>,
     ) -> Result<ShardInstance, CallError> {
         let runtime = &self.inner.runtime;
-        let speaker = Speaker { shard: shard.into(), processor: self.describe().into() };
+        let speaker = Speaker::new(shard, self.describe());
         let mut store = store::new_store(runtime, speaker, sink, outputs, state, last_checkpoint, shared);
         let limits = Limits::of(runtime);
         match self.inner.pre.instantiate(&mut store).await {

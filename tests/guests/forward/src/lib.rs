@@ -7,7 +7,9 @@
 //! logs the outcome (`http <url> <status>` or `http <url> failed: ...`).
 //! The failure-policy tests' poison records: `trap` panics, `fail` returns
 //! a fatal error, `fail-here` reports the batch failed at that record
-//! (`failed-at`) — every time they are seen.
+//! (`failed-at`) — every time they are seen; `fail-long` is `fail` with a
+//! 1 MiB message. A record `flood:<MiB>` is not forwarded: the processor
+//! prints that many MiB to stdout, in lines of 100 bytes.
 //! `initialize` logs the variable `greeting` when it is set. Each record is
 //! logged as `record <sequence-number> <partition-key> <data>` — unless the
 //! variable `quiet` is set (the output benchmark): then records are
@@ -45,6 +47,7 @@ impl RecordProcessor for Forward {
             match record.data {
                 b"trap" => panic!("asked to trap at {}", record.sequence_number),
                 b"fail" => return Err(ProcessorError::fatal(format!("asked to fail at {}", record.sequence_number))),
+                b"fail-long" => return Err(ProcessorError::fatal(format!("asked to fail at {} {}", record.sequence_number, "x".repeat(1 << 20)))),
                 b"fail-here" => {
                     // The records before it are done: their outputs go.
                     self.send(std::mem::take(&mut outputs))?;
@@ -58,6 +61,13 @@ impl RecordProcessor for Forward {
                 continue;
             }
             let data = String::from_utf8_lossy(record.data);
+            if let Some(mib) = data.strip_prefix("flood:").and_then(|n| n.parse::<usize>().ok()) {
+                let line = format!("{}\n", "f".repeat(99));
+                for _ in 0..(mib << 20) / line.len() {
+                    print!("{line}");
+                }
+                continue;
+            }
             if let Some(url) = data.strip_prefix("http:") {
                 match waki::Client::new().get(url).connect_timeout(std::time::Duration::from_secs(2)).send() {
                     Ok(response) => kcl_guest::info!("http {url} {}", response.status_code()),
