@@ -3,9 +3,13 @@
 //! record). Every shard of a worker shares one byte budget
 //! (`--output-buffer-mib`): a send that does not fit first flushes the
 //! shard's own queue, then waits for room — the shard slows down, nothing
-//! is dropped.
+//! is dropped. A shard holding its fair share (the budget over the queues
+//! alive) writes its own queue before it takes more, so a shard that sends
+//! much in one long call waits on its own writes, never holds the others'
+//! sends until its call ends.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -44,7 +48,13 @@ fn size(send: &OutputRecords) -> usize {
 
 impl ShardOutputs {
     pub(super) fn new(outputs: Arc<Outputs>) -> Self {
+        outputs.queues.fetch_add(1, Ordering::Relaxed);
         Self { outputs, queued: BTreeMap::new(), held: None }
+    }
+
+    /// The units one queue may hold before it writes itself out.
+    fn fair_share(&self) -> usize {
+        self.outputs.budget_units / self.outputs.queues.load(Ordering::Relaxed).max(1)
     }
 
     /// Checks every record of `send` against `target`.
@@ -57,8 +67,16 @@ impl ShardOutputs {
     }
 
     /// Takes `units` of the worker's budget, flushing this shard's own
-    /// queue first when the budget is short.
+    /// queue first when that would pass its fair share, or when the budget
+    /// is short.
     async fn reserve(&mut self, units: u32) {
+        let held = self.held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+        if held + units as usize > self.fair_share()
+            && !self.queued.is_empty()
+            && let Err(e) = self.write_queued().await
+        {
+            tracing::warn!("this shard's outputs are over its share of the output buffer and could not be written: {e}");
+        }
         let budget = self.outputs.budget.clone();
         let permit = match budget.clone().try_acquire_many_owned(units) {
             Ok(permit) => permit,
@@ -106,6 +124,12 @@ impl ShardOutputs {
     }
 }
 
+impl Drop for ShardOutputs {
+    fn drop(&mut self) {
+        self.outputs.queues.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl OutputSink for ShardOutputs {
     fn send(&mut self, target: String, records: OutputRecords) -> OutputFuture<'_, Result<(), SendError>> {
         Box::pin(async move {
@@ -133,5 +157,45 @@ impl OutputSink for ShardOutputs {
         self.queued.clear();
         self.held = None;
         self.outputs.buffer_changed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::output::file::Lines;
+
+    /// One record of `bytes` bytes.
+    fn send_of(bytes: usize) -> OutputRecords {
+        OutputRecords {
+            data: vec![b'x'; bytes],
+            data_ends: vec![bytes as u32],
+            partition_keys: "k".into(),
+            partition_key_ends: vec![1],
+            explicit_hash_keys: String::new(),
+            explicit_hash_key_ends: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shard_past_its_share_writes_its_own_queue_so_another_never_waits_for_its_call() {
+        let outputs = Arc::new(Outputs::new(vec![("out".into(), Box::new(Lines::Discard) as Box<dyn crate::output::target::Target>)], 64 * UNIT, None));
+        let (mut long_call, mut other) = (outputs.shard(), outputs.shard());
+        // One call sends nearly the whole budget and does not return (no flush).
+        for _ in 0..60 {
+            long_call.send("out".into(), send_of(UNIT)).await.unwrap();
+        }
+        let held = |queue: &ShardOutputs| queue.held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+        assert!(held(&long_call) <= 32, "it kept to its half: {}", held(&long_call));
+        // The other shard's sends find room at once.
+        let sends = async {
+            for _ in 0..30 {
+                other.send("out".into(), send_of(UNIT)).await.unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), sends).await.expect("the other shard never waits for the long call to end");
+        assert!(held(&other) <= 32, "it keeps to its half too: {}", held(&other));
     }
 }

@@ -73,6 +73,8 @@ pub struct Outputs {
     budget: Arc<Semaphore>,
     /// The budget, in [`buffer::UNIT`]s.
     budget_units: usize,
+    /// The shard queues alive, that share the budget.
+    queues: std::sync::atomic::AtomicUsize,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -132,7 +134,7 @@ impl Outputs {
                 (name, Arc::new(declared))
             })
             .collect();
-        Self { targets, undeclared: None, budget: Arc::new(Semaphore::new(budget_units)), budget_units, metrics }
+        Self { targets, undeclared: None, budget: Arc::new(Semaphore::new(budget_units)), budget_units, queues: Default::default(), metrics }
     }
 
     /// A queue for one shard's instance.
