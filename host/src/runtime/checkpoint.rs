@@ -45,8 +45,15 @@ pub(crate) struct Checkpoints {
     in_call: Option<Positions>,
     /// The last batch the processor returned ok for.
     acknowledged: Option<Positions>,
+    /// The first record delivered to this instance: the earliest a
+    /// checkpoint may name while the shard has none.
+    first_delivered: Option<Position>,
     lease_lost: bool,
 }
+
+/// The largest sub-sequence number Java KCL can read back
+/// (`checkpointSubSequenceNumber` is a Java `long`).
+const MAX_SUB_SEQUENCE_NUMBER: u64 = i64::MAX as u64;
 
 impl Checkpoints {
     pub(crate) fn new(sink: Box<dyn CheckpointSink>, outputs: Box<dyn OutputSink>, state: KeyedState, last_checkpoint: Option<Position>) -> Self {
@@ -57,6 +64,7 @@ impl Checkpoints {
             last_checkpoint,
             in_call: None,
             acknowledged: None,
+            first_delivered: None,
             lease_lost: false,
         }
     }
@@ -64,6 +72,9 @@ impl Checkpoints {
     /// Notes a batch about to be delivered.
     pub(crate) fn delivering(&mut self, batch: &Batch) {
         self.in_call = (!batch.is_empty()).then(|| batch.positions());
+        if self.first_delivered.is_none() {
+            self.first_delivered = self.in_call.as_ref().and_then(|batch| batch.get(0));
+        }
         self.state.placing(batch);
     }
 
@@ -112,6 +123,17 @@ impl Checkpoints {
     /// its first: a restart may deliver the rest of an aggregate again, but
     /// never skips any of it.
     pub(crate) async fn checkpoint_at_sequence(&mut self, sequence_number: &str, sub: Option<u64>) -> Result<(), CheckpointError> {
+        let refuse = |why: String| Err(CheckpointError::InvalidSequenceNumber(why));
+        if let Some(sub) = sub {
+            if sub > MAX_SUB_SEQUENCE_NUMBER {
+                return refuse(format!("sub-sequence number {sub} is more than Java KCL can read back (at most {MAX_SUB_SEQUENCE_NUMBER}, a Java long)"));
+            }
+            if let Some(last) = self.limit().and_then(|batch| batch.last_of(sequence_number))
+                && sub > last.sub_sequence_number()
+            {
+                return refuse(format!("record {sequence_number} has no user record {sub} (its last is {})", last.sub_sequence_number()));
+            }
+        }
         let position = match sub {
             Some(sub) => Position::new(sequence_number, sub),
             None => match self.limit().and_then(|batch| batch.last_of(sequence_number)) {
@@ -160,6 +182,14 @@ impl Checkpoints {
                     "{position} has not been delivered: no records were delivered yet"
                 )));
             }
+        }
+        if self.last_checkpoint.is_none()
+            && let Some(first) = &self.first_delivered
+            && position < *first
+        {
+            return Err(CheckpointError::InvalidSequenceNumber(format!(
+                "{position} is before the first record delivered ({first}), and the shard has no checkpoint to go back to"
+            )));
         }
         if let Some(previous) = &self.last_checkpoint {
             if position < *previous {
@@ -267,6 +297,25 @@ mod tests {
         ));
         cp.checkpoint_at(pos("5")).await.unwrap();
         assert_eq!(*sink.0.lock().unwrap(), vec!["5"]);
+    }
+
+    #[tokio::test]
+    async fn refuses_what_java_kcl_could_not_read_back() {
+        let sink = Recorded::default();
+        let mut cp = Checkpoints::new(Box::new(sink.clone()), Box::new(NoOutputs), no_state(), None);
+        let aggregate: Batch = [record("5", None), record("7", Some(0)), record("7", Some(1)), record("9", None)].into_iter().collect();
+        cp.delivering(&aggregate);
+        let refused = |result: Result<(), CheckpointError>, why: &str| matches!(result, Err(CheckpointError::InvalidSequenceNumber(m)) if m.contains(why));
+        // No Java long holds it, whichever record it names.
+        assert!(refused(cp.checkpoint_at_sequence("5", Some(u64::MAX)).await, "a Java long"));
+        assert!(refused(cp.checkpoint_at_sequence("9", Some(1 << 63)).await, "a Java long"));
+        // A user record the aggregate does not have.
+        assert!(refused(cp.checkpoint_at_sequence("7", Some(2)).await, "no user record 2 (its last is 1)"));
+        // Before the first record delivered, on a shard with no checkpoint.
+        assert!(refused(cp.checkpoint_at_sequence("0", None).await, "before the first record delivered (5)"));
+        assert!(refused(cp.checkpoint_at_sequence("4", Some(0)).await, "before the first record delivered"));
+        cp.checkpoint_at_sequence("7", Some(1)).await.unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), vec!["7/1"]);
     }
 
     #[tokio::test]
