@@ -309,6 +309,49 @@ async fn a_commit_of_more_keys_than_one_transaction_holds_killed_before_it_was_a
     assert!(text.contains("shardId-000000000000 state: 450 keys, "), "{text}");
 }
 
+/// State log items in the state table.
+async fn log_items(aws: &AwsClients, application: &str) -> usize {
+    scan_state(aws, application).await.iter().filter(|item| item.contains_key("log")).count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_log_written_and_never_committed_is_deleted_by_the_next_owner() {
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("state-orphan"), 1).await;
+    let application = unique("state-orphan-app");
+    let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
+    let mut first = start_with_env("user-totals", &stream.name, &application, "worker-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &proxy.endpoint)]);
+    first.wait_for("the lease", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    // The log is written; the lease row's update that would commit it never lands.
+    let commit = Rule { operation: Some("UpdateItem"), body_contains: Some("statePending".into()), fault: Fault::Fail(500, "InternalFailure"), times: None };
+    proxy.set(vec![commit]);
+    let sums = Sums::default();
+    let burst: Vec<(String, String)> = (0..450).map(|i| (format!("user-{i:04}"), format!(r#"{{"cents": {}}}"#, i + 1))).collect();
+    put_purchases(&stream, &burst, &sums).await;
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while log_items(&aws, &application).await == 0 || proxy.counts().faulted == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the log was never written, or its commit never tried");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    first.kill().await;
+    assert_eq!(pending_logs(&aws, &application).await, 0, "never committed");
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let env = [("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str())];
+    let (code, text) = run_to_exit(&["status", "--application", &application, "--state"], &env).await;
+    assert!(code == 0 && text.contains(" state log items"), "status counts the leftovers: {text}");
+
+    // The next owner deletes it, processes the records again and commits (through a log of its own).
+    let second = worker(&stream.name, &application, "worker-2", &[]);
+    let expected = Arc::try_unwrap(sums).unwrap().into_inner().unwrap();
+    totals_become(&aws, &application, &stream.name, &expected).await;
+    let (exit, log) = second.interrupt().await;
+    assert!(exit.success(), "{log:?}");
+    assert_eq!(log_items(&aws, &application).await, 0, "no log item is left");
+    assert!(count_lines(&log, "written and never committed") >= 1, "the log says what it deleted: {log:?}");
+    let scan = aws.dynamodb.scan().table_name(&application).consistent_read(true).send().await.expect("Scan of the lease table");
+    assert!(scan.items().iter().all(|row| !row.contains_key("stateLog") && !row.contains_key("statePending")), "{:?}", scan.items());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_put_with_an_explicit_hash_key_keeps_its_state_on_the_shard_its_records_go_to() {
     let aws = java_kcl3::clients().await;

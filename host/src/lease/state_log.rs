@@ -10,9 +10,12 @@
 //! 3. The changes are applied in transactions of up to 99 items, each with a
 //!    condition check that the lease row still names this owner and this log
 //!    (a worker that lost the lease stops; the next owner applies the log).
-//! 4. `statePending` is removed (conditional on the same), and the log
-//!    items deleted.
+//! 4. `statePending` is removed (conditional on the same), the log items
+//!    deleted, and then `stateLog`.
 //!
+//! Before step 1 the lease row names the log in `stateLog` (a fenced
+//! write), so a log written and never committed (a kill between 1 and 2)
+//! is found and deleted by the next owner, as is one whose deletes failed.
 //! A worker applies a log it finds on a lease it holds (3, 4) before its
 //! processor reads any state ([`DynamoStore::apply_pending_log`]). Applying
 //! writes absolute values, so applying a log twice changes nothing. Cost
@@ -36,6 +39,9 @@ use crate::runtime::StateChanges;
 
 /// The lease row's attribute naming a committed log not yet applied.
 pub(super) const PENDING: &str = "statePending";
+/// The lease row's attribute naming a log from before its first item is
+/// written until its items are deleted.
+const LOG: &str = "stateLog";
 /// Most changes one apply transaction holds (one more item is its condition check).
 const APPLY_ITEMS: usize = 99;
 /// Most bytes of keys and values in one transaction (it carries 4 MB).
@@ -153,6 +159,18 @@ impl DynamoStore {
         let payloads = encode(state.changes);
         let token = state.token(lease.key.as_str(), lease.counter, checkpoint.as_column());
         let pending = Pending { table: state.table.to_owned(), token, parts: payloads.len() };
+        // One an earlier try wrote and did not commit goes first.
+        if let (None, written) = self.named_logs(lease.key.as_str()).await? {
+            self.discard_uncommitted(lease.key.as_str(), written).await;
+        }
+        // The intent: from now on the row names the log, committed or not.
+        let intent = self
+            .conditional_update(lease, true)
+            .update_expression(format!("SET leaseCounter = :next, {LOG} = :log"))
+            .expression_attribute_values(":log", AttributeValue::S(pending.marker()));
+        let Some(lease) = &self.send_update("UpdateItem (state log intent)", lease, intent, |row| row.owner == lease.owner).await? else {
+            return Ok(None);
+        };
         for (n, payload) in payloads.into_iter().enumerate() {
             self.client
                 .put_item()
@@ -183,19 +201,39 @@ impl DynamoStore {
         Ok(Some(updated))
     }
 
-    /// Applies the log `lease`'s row names, if any (a commit whose worker
-    /// stopped before applying it); `false` if the lease was lost meanwhile.
-    pub(super) async fn apply_pending_log(&self, lease: &Lease) -> Result<bool, LeaseError> {
+    /// The logs `lease_key`'s row names: committed (`statePending`), and
+    /// written (`stateLog`), read consistently.
+    async fn named_logs(&self, lease_key: &str) -> Result<(Option<Pending>, Option<Pending>), LeaseError> {
         let row = self
             .client
             .get_item()
             .table_name(&self.table.name)
-            .key("leaseKey", AttributeValue::S(lease.key.to_string()))
+            .key("leaseKey", AttributeValue::S(lease_key.to_owned()))
             .consistent_read(true)
             .send()
             .await
             .map_err(|e| self.error("GetItem (state log)", e))?;
-        let Some(pending) = row.item.as_ref().and_then(|item| Pending::parse(&text(item, PENDING))) else { return Ok(true) };
+        let named = |attribute| row.item.as_ref().and_then(|item| Pending::parse(&text(item, attribute)));
+        Ok((named(PENDING), named(LOG)))
+    }
+
+    /// Deletes a log the row names in `stateLog` only: written, never committed.
+    async fn discard_uncommitted(&self, lease_key: &str, written: Option<Pending>) {
+        if let Some(stale) = written {
+            tracing::info!(shard = lease_key, "deleting the state log {} written and never committed", stale.token);
+            self.discard_log(lease_key, &stale).await;
+        }
+    }
+
+    /// Applies the log `lease`'s row names, if any (a commit whose worker
+    /// stopped before applying it); `false` if the lease was lost meanwhile.
+    /// A log written and never committed is deleted.
+    pub(super) async fn apply_pending_log(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let (pending, written) = self.named_logs(lease.key.as_str()).await?;
+        let Some(pending) = pending else {
+            self.discard_uncommitted(lease.key.as_str(), written).await;
+            return Ok(true);
+        };
         let mut payloads = Vec::with_capacity(pending.parts);
         let (mut stream, mut shard, mut checkpoint) = Default::default();
         for n in 0..pending.parts {
@@ -265,16 +303,45 @@ impl DynamoStore {
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => return Ok(false),
             Err(e) => return Err(self.error("UpdateItem (state log applied)", e)),
         }
-        // The log is garbage now; a delete that fails leaves garbage, no harm.
+        self.discard_log(lease_key, pending).await;
+        Ok(true)
+    }
+
+    /// Deletes `pending`'s log items, then the row's `stateLog` naming
+    /// them; a delete that fails leaves both, for the next owner.
+    async fn discard_log(&self, lease_key: &str, pending: &Pending) {
         let deletes: Vec<WriteRequest> = (0..pending.parts)
             .map(|n| WriteRequest::builder().delete_request(DeleteRequest::builder().key("stateKey", pending.item_key(lease_key, n)).build().expect("key is set")).build())
             .collect();
         for chunk in deletes.chunks(25) {
-            if let Err(e) = self.client.batch_write_item().request_items(&pending.table, chunk.to_vec()).send().await {
-                tracing::warn!(shard = lease_key, "the applied state log could not be deleted (it is never read again): {}", self.error("BatchWriteItem (state log)", e));
+            let deleted = self.client.batch_write_item().request_items(&pending.table, chunk.to_vec()).send().await;
+            let left = match deleted {
+                Ok(output) => output.unprocessed_items().map_or(0, |items| items.values().map(Vec::len).sum()),
+                Err(e) => {
+                    tracing::warn!(shard = lease_key, "a state log could not be deleted (the next owner tries again): {}", self.error("BatchWriteItem (state log)", e));
+                    return;
+                }
+            };
+            if left > 0 {
+                tracing::warn!(shard = lease_key, "{left} state log items were not deleted (the next owner tries again)");
+                return;
             }
         }
-        Ok(true)
+        let forgotten = self
+            .client
+            .update_item()
+            .table_name(&self.table.name)
+            .key("leaseKey", AttributeValue::S(lease_key.to_owned()))
+            .update_expression(format!("REMOVE {LOG}"))
+            .condition_expression(format!("{LOG} = :log"))
+            .expression_attribute_values(":log", AttributeValue::S(pending.marker()))
+            .send()
+            .await;
+        if let Err(e) = forgotten
+            && !e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception())
+        {
+            tracing::warn!(shard = lease_key, "the lease row still names a deleted state log: {}", self.error("UpdateItem (state log deleted)", e));
+        }
     }
 }
 

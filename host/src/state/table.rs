@@ -123,6 +123,18 @@ impl StateTable {
         items.sort_by(|a, b| (&a.stream, &a.key).cmp(&(&b.stream, &b.key)));
         Ok(items)
     }
+
+    /// The (stream, shard) of every state log item (see `lease::state_log`).
+    pub async fn log_items(&self) -> Result<Vec<(String, String)>, LeaseError> {
+        let mut owners = Vec::new();
+        let scan = self.table.client.scan().table_name(&self.table.name).consistent_read(true).filter_expression("attribute_exists(#log)");
+        let mut pages = scan.expression_attribute_names("#log", "log").projection_expression("#stream, #shard").expression_attribute_names("#stream", "stream").expression_attribute_names("#shard", "shard").into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| self.table.error("Scan", e))?;
+            owners.extend(page.items().iter().map(|item| (text(item, "stream"), text(item, "shard"))));
+        }
+        Ok(owners)
+    }
 }
 
 /// One stream's committed state, as a shard's instance reads it.

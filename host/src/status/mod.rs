@@ -102,6 +102,10 @@ pub struct StateSize {
     pub keys: u64,
     /// Their keys' and values' bytes.
     pub bytes: u64,
+    /// State log items of the shard: a commit of more keys than one
+    /// transaction holds while it is applied, else left by a worker that
+    /// stopped before committing (the shard's next owner deletes them).
+    pub log_items: u64,
 }
 
 /// One worker, as `status` shows it.
@@ -260,6 +264,9 @@ pub async fn add_state_sizes(report: &mut Report, clients: &AwsClients) -> Resul
                 size.keys += 1;
                 size.bytes += (item.key.len() + item.value.len()) as u64;
             }
+            for owner in table.log_items().await? {
+                sizes.entry(owner).or_default().log_items += 1;
+            }
         }
         Err(LeaseError::Aws(crate::aws::AwsError::TableMissing(_))) => {}
         Err(e) => return Err(e),
@@ -323,7 +330,7 @@ mod tests {
                 lag_ms: Some(1_234_567),
                 retrying: (i == 7).then(|| Retrying { since_ms: clock::unix_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
                 in_flight: (i < 2).then(|| InFlight { instances: 8, calls: 8 - i as usize, lag_records: 120 }),
-                state_size: Some(StateSize { keys: i * 1_000, bytes: i * 1_500_000 }),
+                state_size: Some(StateSize { keys: i * 1_000, bytes: i * 1_500_000, log_items: if i == 3 { 2 } else { 0 } }),
             })
             .collect();
         let workers = vec![
@@ -337,7 +344,7 @@ mod tests {
         let detail = |l: &&str| l.contains(" retrying ") || l.contains(" instances: ") || l.contains(" state: ");
         assert_eq!(text.lines().filter(|l| l.starts_with("shardId-") && !detail(l)).count(), 64);
         assert!(text.contains("shardId-000000000001 8 instances: 7 calls in flight, slowest 120 records behind the fastest"), "{text}");
-        assert!(text.contains("shardId-000000000003 state: 3000 keys, 4.3 MiB"), "{text}");
+        assert!(text.contains("shardId-000000000003 state: 3000 keys, 4.3 MiB, 2 state log items"), "{text}");
         assert!(text.contains("shardId-000000000007 retrying 5s, 40 failures (no limit: blocked): processor trapped"), "{text}");
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());

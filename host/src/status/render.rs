@@ -70,8 +70,11 @@ pub fn render(report: &Report) -> String {
         out.push('\n');
     }
     for row in &report.shards {
-        let Some(size) = row.state_size.as_ref().filter(|size| size.keys > 0) else { continue };
-        let line = format!("{} state: {} keys, {:.1} MiB", row.label(), size.keys, size.bytes as f64 / (1 << 20) as f64);
+        let Some(size) = row.state_size.as_ref().filter(|size| size.keys > 0 || size.log_items > 0) else { continue };
+        let mut line = format!("{} state: {} keys, {:.1} MiB", row.label(), size.keys, size.bytes as f64 / (1 << 20) as f64);
+        if size.log_items > 0 {
+            line.push_str(&format!(", {} state log items", size.log_items));
+        }
         out.push_str(&fit(&line, 100));
         out.push('\n');
     }
