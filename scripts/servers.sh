@@ -125,7 +125,9 @@ ENV
   if [ -n "$kcl3" ]; then
     local mport
     mport=$(free_port)
-    setsid "$root/tools/moto/venv/bin/moto_server" -H 127.0.0.1 -p "$mport" >"$state/kcl3-dynamodb.log" 2>&1 &
+    # One request at a time (tests/kit/moto_serial.py): moto's threaded
+    # server does not isolate TransactWriteItems from other requests.
+    MOTO_PORT=$mport setsid "$root/tools/moto/venv/bin/python" "$root/tests/kit/moto_serial.py" 127.0.0.1 "$mport" >"$state/kcl3-dynamodb.log" 2>&1 &
     echo $! >"$state/kcl3-dynamodb.pid"
     if ! wait_ready kcl3-dynamodb "$(cat "$state/kcl3-dynamodb.pid")" "http://127.0.0.1:$mport/" \
           DynamoDB_20120810.ListTables application/x-amz-json-1.0; then

@@ -294,3 +294,53 @@ async fn a_heartbeat_counter_moves_on_across_a_deleted_row() {
     let restarted = control.beat("w", "pid 2", true, &running).await.unwrap().expect("written");
     assert!(restarted > second, "{restarted} after {second}");
 }
+
+/// The test kit's moto (`servers.sh start --kcl3`) answers one request at a
+/// time: a `PutItem` made while transactions on the same table fail their
+/// conditions survives (moto's threaded server alone rolls a failed
+/// transaction back by restoring the whole table, wiping such writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_the_kits_moto_a_put_racing_failed_transactions_survives() {
+    use aws_sdk_dynamodb::types::{Put, ScalarAttributeType, TransactWriteItem};
+    use kcl_host::lease::state_commit::patient;
+    let aws = kcl_testkit::java_kcl3::clients().await;
+    let table = unique("moto-race");
+    kcl_testkit::create_table(&aws.dynamodb, &table, &[("k", ScalarAttributeType::S)]).await;
+    aws.dynamodb.put_item().table_name(&table).item("k", s("taken")).send().await.unwrap();
+    // A table of some size: moto copies the tables a transaction touches.
+    for chunk in (0..1000).collect::<Vec<_>>().chunks(25) {
+        use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+        let writes = chunk.iter().map(|i| WriteRequest::builder().put_request(PutRequest::builder().item("k", s(&format!("old-{i}"))).build().unwrap()).build()).collect();
+        aws.dynamodb.batch_write_item().request_items(&table, writes).send().await.unwrap();
+    }
+    // Transactions that always fail their condition (the item exists), beside puts of new keys.
+    let failing = (0..20).map(|i| {
+        let (dynamodb, table) = (aws.dynamodb.clone(), table.clone());
+        tokio::spawn(async move {
+            let put = |key: String| {
+                let put = Put::builder().table_name(&table).item("k", s(&key)).condition_expression("attribute_not_exists(k)").build().unwrap();
+                TransactWriteItem::builder().put(put).build()
+            };
+            let mut items: Vec<TransactWriteItem> = (0..24).map(|n| put(format!("tx-{i}-{n}"))).collect();
+            items.push(put("taken".into()));
+            let sent = dynamodb.transact_write_items().set_transact_items(Some(items)).customize().config_override(patient()).send().await;
+            assert!(sent.unwrap_err().into_service_error().is_transaction_canceled_exception(), "the condition on `taken` fails");
+        })
+    });
+    let puts = (0..40).map(|i| {
+        let (dynamodb, table) = (aws.dynamodb.clone(), table.clone());
+        tokio::spawn(async move { dynamodb.put_item().table_name(&table).item("k", s(&format!("put-{i}"))).customize().config_override(patient()).send().await.unwrap() })
+    });
+    let (failing, puts): (Vec<_>, Vec<_>) = (failing.collect(), puts.collect());
+    for task in failing {
+        task.await.unwrap();
+    }
+    for task in puts {
+        task.await.unwrap();
+    }
+    let scan = aws.dynamodb.scan().table_name(&table).consistent_read(true).send().await.unwrap();
+    let keys: BTreeSet<String> = scan.items().iter().filter_map(|item| item.get("k")?.as_s().ok().cloned()).collect();
+    let lost: Vec<String> = (0..40).map(|i| format!("put-{i}")).filter(|k| !keys.contains(k)).collect();
+    assert!(lost.is_empty(), "puts wiped by a racing transaction's rollback: {lost:?}");
+    assert!(keys.iter().all(|k| !k.starts_with("tx-")), "a failed transaction wrote nothing: {keys:?}");
+}
