@@ -118,8 +118,8 @@ async fn kinesis() {
     let producer = Producer::start(&stream, "steady", Duration::from_millis(100)).await;
     markers_processed(&mut host, &stream, "before", Instant::now()).await;
     proxy.set(vec![
-        Rule { operation: Some("GetRecords"), body_contains: None, fault: Fault::Fail(500, "InternalFailure"), times: Some(20) },
-        Rule { operation: Some("GetRecords"), body_contains: None, fault: Fault::Reset, times: Some(10) },
+        Rule { table: None, operation: Some("GetRecords"), body_contains: None, fault: Fault::Fail(500, "InternalFailure"), times: Some(20) },
+        Rule { table: None, operation: Some("GetRecords"), body_contains: None, fault: Fault::Reset, times: Some(10) },
     ]);
     while proxy.counts().faulted < 30 {
         tokio::time::sleep(Duration::from_millis(50)).await;

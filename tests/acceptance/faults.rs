@@ -60,6 +60,7 @@ async fn one_slow_lease_row_moves_no_lease_and_delays_no_heartbeat() {
     // Every write of one of worker-1's rows is answered 6 s late: longer
     // than an attempt may take, shorter than the failover time.
     proxy.set(vec![Rule {
+        table: None,
         operation: Some("UpdateItem"),
         body_contains: Some(format!(r#""S":"{slow}""#)),
         fault: Fault::Delay(Duration::from_secs(6)),
@@ -150,7 +151,7 @@ async fn lost_answers_keep_the_leases_and_a_silent_dynamodb_is_left_behind_at_on
     host.wait_for("both shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 2).await;
 
     // Heartbeats and renewals applied, their answers lost: each retry is recognised as this worker's own write.
-    proxy.set(vec![Rule { operation: Some("UpdateItem"), body_contains: None, fault: Fault::LoseAnswer, times: Some(6) }]);
+    proxy.set(vec![Rule { table: None, operation: Some("UpdateItem"), body_contains: None, fault: Fault::LoseAnswer, times: Some(6) }]);
     faults_applied(&proxy, 6).await;
     let mut all = one_each(&stream, &shards, "after-lost-answers").await;
     host.wait_for("records after the lost answers", LIMIT, |log| processed(log, &all)).await;
@@ -263,9 +264,9 @@ async fn kinesis_read_failures_are_retried_in_place_and_deliver_nothing_twice() 
 
     // A burst of 5xx, resets and a black-holed call, then records written meanwhile.
     proxy.set(vec![
-        Rule { operation: Some("GetRecords"), body_contains: None, fault: Fault::Fail(500, "InternalFailure"), times: Some(6) },
-        Rule { operation: Some("GetRecords"), body_contains: None, fault: Fault::Fail(503, "ServiceUnavailable"), times: Some(4) },
-        Rule { operation: Some("GetRecords"), body_contains: None, fault: Fault::Reset, times: Some(4) },
+        Rule { table: None, operation: Some("GetRecords"), body_contains: None, fault: Fault::Fail(500, "InternalFailure"), times: Some(6) },
+        Rule { table: None, operation: Some("GetRecords"), body_contains: None, fault: Fault::Fail(503, "ServiceUnavailable"), times: Some(4) },
+        Rule { table: None, operation: Some("GetRecords"), body_contains: None, fault: Fault::Reset, times: Some(4) },
     ]);
     for shard in &shards {
         let records = payloads(&format!("during-{shard}"), 20);
@@ -300,7 +301,7 @@ async fn a_read_answered_not_found_for_a_listed_shard_is_tried_again_and_the_wor
     stream.put(&shard, &all).await;
     host.wait_for("the first records", LIMIT, |log| processed(log, &all)).await;
 
-    let not_found = |operation| Rule { operation: Some(operation), body_contains: None, fault: Fault::Fail(400, "ResourceNotFoundException"), times: Some(2) };
+    let not_found = |operation| Rule { table: None, operation: Some(operation), body_contains: None, fault: Fault::Fail(400, "ResourceNotFoundException"), times: Some(2) };
     proxy.set(vec![not_found("GetRecords"), not_found("GetShardIterator")]);
     let during = payloads("during", 10);
     stream.put(&shard, &during).await;
@@ -371,6 +372,7 @@ async fn a_busy_shard_is_read_at_most_three_times_a_second_and_throttling_backs_
     let records = payloads("busy", 300);
     stream.put(&shard, &records).await;
     proxy.set(vec![Rule {
+        table: None,
         operation: Some("GetRecords"),
         body_contains: None,
         fault: Fault::Fail(400, "ProvisionedThroughputExceededException"),

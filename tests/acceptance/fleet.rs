@@ -383,7 +383,7 @@ async fn a_java_kcl_3_worker_gets_its_share_through_faults_and_a_reshard() {
     let proxy = FaultProxy::start(&fleet.endpoint).await;
     let mut host = fleet.kcl_host_at("kcl-host-1", &proxy.endpoint);
     host.wait_for("all four shards", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 4).await;
-    let rule = |operation, fault, times| Rule { times: Some(times), ..Rule::every(Some(operation), fault) };
+    let rule = |operation, fault, times| Rule { table: None, times: Some(times), ..Rule::every(Some(operation), fault) };
     proxy.set(vec![
         rule("Scan", Fault::Fail(400, "ProvisionedThroughputExceededException"), 3),
         rule("UpdateItem", Fault::Fail(500, "InternalFailure"), 3),

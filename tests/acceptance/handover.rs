@@ -243,7 +243,7 @@ async fn a_worker_whose_heartbeat_reads_fail_takes_nothing_from_a_worker_that_to
     // after it dies, and w4, which joins and takes w1's five leases, is
     // never seen. w3 is short of its share all along.
     let control = format!("{}-KclHostControl", fleet.application);
-    proxy.set(vec![Rule { operation: Some("Scan"), body_contains: Some(control), fault: Fault::Fail(500, "InternalFailure"), times: None }]);
+    proxy.set(vec![Rule { table: None, operation: Some("Scan"), body_contains: Some(control), fault: Fault::Fail(500, "InternalFailure"), times: None }]);
     fleet.kill("w1").await;
     fleet.start("w4");
     let (_, w4) = fleet.running.iter_mut().find(|(name, _)| name.starts_with("w4#")).unwrap();

@@ -197,7 +197,7 @@ async fn four_instances_per_shard_ride_out_failing_and_slow_checkpoint_writes_an
     // fail, then two are slow.
     let (kinesis, dynamodb) = (FaultProxy::start(&upstream("KINESIS")).await, FaultProxy::start(&upstream("DYNAMODB")).await);
     let lease_table = format!(r#""TableName":"{application}""#);
-    let fail = |operation, fault, times| Rule { operation: Some(operation), body_contains: None, fault, times: Some(times) };
+    let fail = |operation, fault, times| Rule { table: None, operation: Some(operation), body_contains: None, fault, times: Some(times) };
     kinesis.set(vec![
         fail("GetRecords", Fault::Fail(400, "ProvisionedThroughputExceededException"), 3),
         fail("GetRecords", Fault::Fail(500, "InternalFailure"), 3),
@@ -209,8 +209,8 @@ async fn four_instances_per_shard_ride_out_failing_and_slow_checkpoint_writes_an
     // Once it processes, the lease table's writes are the host's checkpoints.
     worker.wait_for("the first records", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 40).await;
     dynamodb.set(vec![
-        Rule { body_contains: Some(lease_table.clone()), ..fail("UpdateItem", Fault::Fail(500, "InternalFailure"), 12) },
-        Rule { body_contains: Some(lease_table), ..fail("UpdateItem", Fault::Delay(Duration::from_millis(1500)), 2) },
+        Rule { table: None, body_contains: Some(lease_table.clone()), ..fail("UpdateItem", Fault::Fail(500, "InternalFailure"), 12) },
+        Rule { table: None, body_contains: Some(lease_table), ..fail("UpdateItem", Fault::Delay(Duration::from_millis(1500)), 2) },
     ]);
     all_forwarded(&inputs, &output, &aws, &application, &worker).await;
     let last = inputs.last().unwrap();

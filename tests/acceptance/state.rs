@@ -323,7 +323,7 @@ async fn a_state_log_written_and_never_committed_is_deleted_by_the_next_owner() 
     let mut first = start_with_env("user-totals", &stream.name, &application, "worker-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &proxy.endpoint)]);
     first.wait_for("the lease", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
     // The log is written; the lease row's update that would commit it never lands.
-    let commit = Rule { operation: Some("UpdateItem"), body_contains: Some("statePending".into()), fault: Fault::Fail(500, "InternalFailure"), times: None };
+    let commit = Rule { table: None, operation: Some("UpdateItem"), body_contains: Some("statePending".into()), fault: Fault::Fail(500, "InternalFailure"), times: None };
     proxy.set(vec![commit]);
     let sums = Sums::default();
     let burst: Vec<(String, String)> = (0..450).map(|i| (format!("user-{i:04}"), format!(r#"{{"cents": {}}}"#, i + 1))).collect();

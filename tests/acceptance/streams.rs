@@ -204,7 +204,7 @@ async fn two_streams_resharded_at_once_under_failing_reads_and_a_kill_keep_each_
     let application = unique("streams-reshard-app");
     let both = format!("{},{}", a.name, b.name);
     let proxy = FaultProxy::start(&upstream("KINESIS")).await;
-    let reads = |fault, times| Rule { operation: Some("GetRecords"), body_contains: None, fault, times: Some(times) };
+    let reads = |fault, times| Rule { table: None, operation: Some("GetRecords"), body_contains: None, fault, times: Some(times) };
     proxy.set(vec![reads(Fault::Fail(500, "InternalFailure"), 4), reads(Fault::Fail(400, "ProvisionedThroughputExceededException"), 4)]);
     let mut records = BTreeSet::new();
     put_both(&a, &b, "before", &mut records).await;

@@ -116,3 +116,49 @@ async fn every_user_and_window_total_is_exact_and_written_as_its_window_closes_w
     assert_eq!(code, 0, "{dump}");
     assert!(!dump.contains("user-"), "no user's state outlives its window: {dump}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_window_close_whose_commit_is_refused_or_cut_is_made_again_and_totals_stay_exact() {
+    use kcl_testkit::faults::{Fault, FaultProxy, Rule};
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("windows-faults"), 2).await;
+    let (application, table) = (unique("windows-faults-app"), unique("window-faults-totals"));
+    create_totals_table(&aws, &table).await;
+    let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
+    let target = format!("totals=dynamodb:{table}");
+    let flags = ["--failover-time", "2s", "--window", "3s", "--output", &target];
+    let mut worker = start_with_env("window-totals", &stream.name, &application, "worker-1", &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &proxy.endpoint)]);
+    let purchases = Purchases::start(&stream, 20, 6);
+    worker.wait_for("a window closed", LIMIT, |log| closed(log) >= 2).await;
+    purchases.stop().await;
+
+    // Once every record is checkpointed, the next write to the state table
+    // is a window's close (its state deleted, its index with the
+    // checkpoint): refused four times over (the SDK tries each three
+    // times), then applied with its answer lost.
+    let last: BTreeMap<String, String> = stream.read_all().await.into_iter().map(|r| (r.shard, r.sequence_number)).collect();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while outputs::checkpoints(&aws, &application).await != last {
+        assert!(tokio::time::Instant::now() < deadline, "the records were never all checkpointed: {:?} of {last:?}", outputs::checkpoints(&aws, &application).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let state_table = format!("{application}-KclHostState");
+    let commit = |fault, times| Rule { table: Some(state_table.clone()), operation: Some("TransactWriteItems"), body_contains: None, fault, times: Some(times) };
+    proxy.set(vec![commit(Fault::Fail(500, "InternalServerError"), 12), commit(Fault::LoseAnswer, 1)]);
+    worker.wait_for("a close that failed", LIMIT, |log| log.iter().any(|l| l.contains("closing window [") && l.contains("failed"))).await;
+
+    // The windows still open close once the table answers again; the
+    // records produced after them make windows of their own.
+    let purchases = Purchases::start(&stream, 20, 6);
+    let closed_before = closed(&worker.log().await);
+    worker.wait_for("windows closed after the faults", LIMIT, |log| closed(log) >= closed_before + 4).await;
+    purchases.stop().await;
+    assert_eq!(proxy.counts().faulted, 13, "every fault was met");
+
+    totals_become_produced(&aws, &table, &stream).await;
+    let (exit, log) = worker.interrupt().await;
+    assert!(exit.success(), "{}", log.join("\n"));
+    let (code, dump) = run_to_exit(&["state", "--application", &application, "dump", "--stream", &stream.name], &[("AWS_ENDPOINT_URL_DYNAMODB", java_kcl3::dynamodb_endpoint().as_str())]).await;
+    assert_eq!(code, 0, "{dump}");
+    assert!(!dump.contains("user-"), "no user's state outlives its window, the ones whose close failed included: {dump}");
+}

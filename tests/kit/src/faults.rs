@@ -38,6 +38,9 @@ pub enum Fault {
 pub struct Rule {
     /// The end of the `X-Amz-Target` header (`GetRecords`, `UpdateItem`); any when `None`.
     pub operation: Option<&'static str>,
+    /// A DynamoDB table the request names (its `TableName`, or any table
+    /// of a transaction or a batch); any when `None`.
+    pub table: Option<String>,
     /// Text the body must contain; any when `None`.
     pub body_contains: Option<String>,
     pub fault: Fault,
@@ -48,7 +51,7 @@ pub struct Rule {
 impl Rule {
     /// `fault` for every request of `operation` (any, with `None`).
     pub fn every(operation: Option<&'static str>, fault: Fault) -> Self {
-        Self { operation, body_contains: None, fault, times: None }
+        Self { operation, table: None, body_contains: None, fault, times: None }
     }
 }
 
@@ -187,9 +190,11 @@ fn fault_for(state: &Mutex<State>, request: &Request) -> Option<Fault> {
     let target = request.header("x-amz-target").unwrap_or_default().to_owned();
     let operation = target.rsplit('.').next().unwrap_or_default().to_owned();
     let body = String::from_utf8_lossy(&request.body);
+    let tables = table_names(&body);
     let index = state.rules.iter().position(|rule| {
         rule.times != Some(0)
             && rule.operation.is_none_or(|op| target.ends_with(&format!(".{op}")))
+            && rule.table.as_ref().is_none_or(|table| tables.contains(table))
             && rule.body_contains.as_deref().is_none_or(|text| body.contains(text))
     });
     let fault = index.map(|i| {
@@ -203,15 +208,34 @@ fn fault_for(state: &Mutex<State>, request: &Request) -> Option<Fault> {
         Some(_) => state.counts.faulted += 1,
         None => state.counts.forwarded += 1,
     }
-    let table = table_name(&body);
+    let table = tables.into_iter().next();
     state.counts.requests.push(Seen { operation, table, at: tokio::time::Instant::now(), faulted: fault.is_some() });
     fault
 }
 
-/// The `TableName` of a DynamoDB request's JSON body.
-fn table_name(body: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(body).ok()?;
-    value.get("TableName")?.as_str().map(str::to_owned)
+/// The tables a DynamoDB request's JSON body names: its `TableName`, then
+/// those of a transaction's items (`TransactItems[].Update.TableName`, ...)
+/// and of a batch (`RequestItems`' keys), in order, each once.
+fn table_names(body: &str) -> Vec<String> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(body) else { return Vec::new() };
+    let mut tables: Vec<String> = Vec::new();
+    let mut add = |name: Option<&str>| {
+        if let Some(name) = name
+            && !tables.iter().any(|t| t == name)
+        {
+            tables.push(name.to_owned());
+        }
+    };
+    add(value.get("TableName").and_then(|t| t.as_str()));
+    for item in value.get("TransactItems").and_then(|items| items.as_array()).into_iter().flatten() {
+        for action in item.as_object().into_iter().flat_map(|o| o.values()) {
+            add(action.get("TableName").and_then(|t| t.as_str()));
+        }
+    }
+    for name in value.get("RequestItems").and_then(|items| items.as_object()).into_iter().flat_map(|o| o.keys()) {
+        add(Some(name));
+    }
+    tables
 }
 
 async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> std::io::Result<()> {
