@@ -41,6 +41,8 @@ pub struct Coordinator<S> {
     fleet_read_sent: Option<Instant>,
     /// Live Java KCL 3.x workers, as the last pass read their metrics rows.
     kcl3_workers: BTreeSet<String>,
+    /// Whether the last pass found Java KCL 3.x rows in the table.
+    kcl3_in_table: bool,
     liveness: Arc<Liveness>,
     /// The leases as the last pass read them, for the shard sync.
     leases: Vec<Lease>,
@@ -74,6 +76,7 @@ impl<S: LeaseStore> Coordinator<S> {
             fleet: Fleet::default(),
             fleet_read_sent: None,
             kcl3_workers: BTreeSet::new(),
+            kcl3_in_table: false,
             liveness: Arc::new(Liveness::new(settings.failover_time)),
             leases: Vec::new(),
             next_expiry: None,
@@ -175,6 +178,15 @@ impl<S: LeaseStore> Coordinator<S> {
         self.leases.iter().filter(in_scope).all(|l| l.is_finished() || l.owner.as_deref().is_some_and(held_by_live))
     }
 
+    /// Whether the last pass found a lease held by a worker with no live
+    /// heartbeat (Java KCL, or a kcl-host worker judged dead): it expires
+    /// when its owner stops renewing, which only a lease scan shows.
+    fn held_without_heartbeat(&self) -> bool {
+        let in_scope = |l: &&Lease| self.scope.as_ref().is_none_or(|scope| scope(&l.key));
+        let unannounced = |owner: &str| owner != self.worker_id && !self.fleet.live.contains(owner);
+        self.leases.iter().filter(in_scope).any(|l| !l.is_finished() && l.owner.as_deref().is_some_and(unannounced))
+    }
+
     /// Says when the table became [`Self::settled`] or stopped being so:
     /// how often this worker scans it changes then.
     fn note_settled(&mut self) {
@@ -187,7 +199,12 @@ impl<S: LeaseStore> Coordinator<S> {
         if settled {
             tracing::info!("every lease is held by a live kcl-host worker: scanning the lease table every {:?}, and at once when the heartbeats show a change", failover * SETTLED_PASS_EVERY);
         } else {
-            tracing::info!("a lease is free or held by a worker without a heartbeat: scanning the lease table every {:?}", failover * 2);
+            tracing::info!(
+                "a lease is free or held by a worker without a heartbeat: scanning the lease table every {:?} (every {:?} while such a worker holds one, every {:?} while the table has Java KCL 3.x rows)",
+                failover * 2,
+                failover / 4,
+                failover
+            );
         }
     }
 
@@ -195,14 +212,23 @@ impl<S: LeaseStore> Coordinator<S> {
     /// one sooner (a worker that died, stopped, joined or freed leases): a
     /// read interval while the last pass left this worker `short` of its
     /// share; the others' read interval while `above` it (the excess goes
-    /// back once they know); two failover times (Java KCL's taker interval);
-    /// or [`SETTLED_PASS_EVERY`] failover times while [`Self::settled`].
+    /// back once they know); a quarter of the failover time while a lease is
+    /// held by a worker without a heartbeat (a Java worker that stops leaves
+    /// its leases owned: taken within the failover time and a quarter of it
+    /// after its last renewal); the failover time while the table has Java
+    /// KCL 3.x rows (a 3.x worker that joins shows only in a scan);
+    /// [`SETTLED_PASS_EVERY`] failover times while [`Self::settled`]; else
+    /// two failover times (Java KCL's taker interval).
     pub fn pass_interval(&self, short: bool, above: bool, watch: &FleetWatch) -> Duration {
         let failover = self.settings.failover_time;
         if short {
             poll_interval(failover)
         } else if above {
             watch.others_read_every()
+        } else if self.held_without_heartbeat() {
+            (failover / 4).max(poll_interval(failover))
+        } else if self.kcl3_in_table {
+            failover
         } else if self.settled() {
             failover * SETTLED_PASS_EVERY
         } else {

@@ -150,6 +150,7 @@ impl<S: LeaseStore> Coordinator<S> {
     /// Counts the live Java KCL 3.x workers toward the target, logging
     /// each change: their leader assigns them the leases kcl-host gives back.
     fn count_kcl3_workers(&mut self, scan: &LeaseScan) {
+        self.kcl3_in_table = scan.kcl3_rows > 0;
         let live = rules::live_kcl3_workers(&scan.kcl3_workers, crate::clock::unix_ms() / 1000);
         if live != self.kcl3_workers {
             tracing::info!(workers = ?live, "Java KCL 3.x workers (metrics rows updated within {}s) count toward each worker's share", rules::KCL3_WORKER_EXPIRY.as_secs());

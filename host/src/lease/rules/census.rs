@@ -76,6 +76,7 @@ impl<'a> Census<'a> {
             target: 0,
             kcl_host: BTreeSet::new(),
         };
+        let mut stopped: BTreeSet<&str> = BTreeSet::new();
         for lease in leases.iter().filter(|l| is_ready(l, &by_key)) {
             let owner = lease.owner.as_deref();
             if view.scope.is_some_and(|scope| !scope(&lease.key)) {
@@ -95,6 +96,7 @@ impl<'a> Census<'a> {
                 census.free.push(lease);
             } else if owner.is_some_and(|o| is_expired(lease, o, view, settings)) {
                 census.expired.push(lease);
+                stopped.extend(owner.filter(|o| view.kcl3_workers.contains(*o)));
             } else {
                 let owner = owner.expect("owned");
                 census.others.entry(owner).or_default().push(lease);
@@ -104,6 +106,10 @@ impl<'a> Census<'a> {
                 }
             }
         }
+        // A Java KCL 3.x worker renews all its leases together, and one that
+        // stops leaves them owned: once one expires it stopped, whatever
+        // its metrics row (young for up to a minute) says.
+        census.workers.retain(|w| !stopped.contains(w) || census.others.contains_key(w));
         census.target = target(census.ready, census.workers.len() + 1, settings.max_leases);
         census
     }

@@ -219,6 +219,23 @@ fn a_java_kcl_3_worker_counts_from_its_metrics_row_and_gets_its_share_given_back
 }
 
 #[test]
+fn a_java_kcl_3_worker_whose_leases_expired_counts_as_stopped_though_its_metrics_row_is_young() {
+    let live = BTreeSet::from(["java-1".to_owned()]);
+    let leases: Vec<_> = (0..8).map(|i| lease(&format!("s{i}"), Some(if i < 4 { "w1" } else { "java-1" }))).collect();
+    let held: HashSet<LeaseKey> = leases[..4].iter().map(|l| l.key.clone()).collect();
+    let mut tracker = ExpiryTracker::default();
+    let seen = Instant::now();
+    tracker.observe_leases(&leases, seen);
+    let alone = fleet(&["w1"], &[]);
+    let (settings, none) = (TakeSettings::default(), HashSet::new());
+    let at = |now| View { me: "w1", held: &held, releasing: &none, fleet: &alone, kcl3_workers: &live, tracker: &tracker, now, cover: false, fleet_read_sent: None, scope: None };
+    let renewing = plan_take(&leases, &at(seen), &settings, &mut fastrand::Rng::with_seed(5));
+    assert!(renewing.take.is_empty() && renewing.steal.is_empty(), "4 and 4 with a 3.x worker that renews");
+    let stopped = plan_take(&leases, &at(seen + settings.failover_time), &settings, &mut fastrand::Rng::with_seed(5));
+    assert_eq!(keys(&leases[4..]), keys(&stopped.take), "its leases stood still for the failover time: all are taken");
+}
+
+#[test]
 fn owners_without_a_heartbeat_are_still_stolen_from() {
     let leases: Vec<_> = (0..4).map(|i| lease(&format!("s{i}"), Some("java-worker"))).collect();
     assert_eq!(plan_in(&leases, "w1", &[], &fleet(&["w1"], &[])).steal.len(), 1);
