@@ -149,8 +149,11 @@ async fn kcl3_handoffs(failover_ms: u64) {
 
     let java_stopped = Instant::now();
     java.signal(SIGTERM);
-    let taken_back = until(db, &application, &[("w1", 8)], java_stopped).await;
-    java.wait_exit(LIMIT).await;
+    let exited = async {
+        java.wait_exit(LIMIT).await;
+        java_stopped.elapsed().as_secs_f64()
+    };
+    let (taken_back, java_exit) = tokio::join!(until(db, &application, &[("w1", 8)], java_stopped), exited);
 
     let rejoined = Instant::now();
     let java = kcl_testkit::java_kcl3::spawn(&stream.name, &application, "java-2", failover_ms);
@@ -165,7 +168,7 @@ async fn kcl3_handoffs(failover_ms: u64) {
     java.kill().await;
     println!(
         "Java KCL 3.5.1 beside kcl-host, failover {failover}: 3.x worker start -> its first lease {first:.2} s, 4 and 4 {balanced:.2} s; \
-         SIGTERM of the 3.x worker -> kcl-host holds all 8 {taken_back:.2} s; a second 3.x worker start -> its first lease {second_first:.2} s; \
+         SIGTERM of the 3.x worker -> it exits {java_exit:.2} s, kcl-host holds all 8 {taken_back:.2} s; a second 3.x worker start -> its first lease {second_first:.2} s; \
          SIGTERM of kcl-host -> the 3.x worker holds all 8 {all:.2} s"
     );
 }
