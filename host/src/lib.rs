@@ -18,6 +18,7 @@ pub mod failure;
 pub mod fanout;
 pub mod fetch;
 pub mod hedge;
+pub mod iam;
 pub mod init;
 pub mod lease;
 pub mod metrics;
@@ -31,3 +32,15 @@ pub mod status;
 pub mod stream;
 pub mod swap;
 pub mod worker;
+
+/// The version every `kcl-host` output names (`--version`, the start line,
+/// the `build_info` metric): the crate's, the commit it was built from, and
+/// the `kcl:processor` contract versions it loads.
+pub fn version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let mut contracts: Vec<&str> = runtime::contract_versions().collect();
+        contracts.sort();
+        format!("{} (commit {}, contracts kcl:processor {})", env!("CARGO_PKG_VERSION"), env!("KCL_HOST_COMMIT"), contracts.join(", "))
+    });
+    &VERSION
+}

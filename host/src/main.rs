@@ -29,6 +29,7 @@ fn main() -> ExitCode {
             Command::Status(args) => kcl_host::status::command(args).await,
             Command::Deploy(args) => kcl_host::swap::fleet::command(&args.aws.settings(), &args.application, args.processor.as_deref()).await,
             Command::State(args) => kcl_host::state::command::command(&args.aws.settings(), &args.application, args.action.into()).await,
+            Command::IamPolicy(args) => kcl_host::iam::command(&args),
             Command::Init(args) => {
                 let sdk = args.sdk.as_deref().map_or(kcl_host::init::Sdk::Bundled, kcl_host::init::Sdk::Checkout);
                 kcl_host::init::command(&args.name, args.lang, sdk)

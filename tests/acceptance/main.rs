@@ -17,6 +17,7 @@ mod failures;
 mod faults;
 mod fleet;
 mod handover;
+mod iam;
 mod lifecycle;
 mod operator;
 mod outputs;

@@ -104,6 +104,20 @@ async fn help_says_what_the_code_does() {
     assert!(deploy.contains("stored in DynamoDB") && !deploy.contains("shared volume"), "{deploy}");
 }
 
+/// What `kcl-host --version` prints after the name: the version, the
+/// commit of this checkout, the contract versions.
+async fn version() -> String {
+    let (code, text) = run_to_exit(&["--version"], &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let version = text.trim().strip_prefix("kcl-host ").expect("the name first").to_owned();
+    let git = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().expect("git runs");
+    let head = String::from_utf8_lossy(&git.stdout).trim().to_owned();
+    let expected = format!("{} (commit {head}", env!("CARGO_PKG_VERSION"));
+    assert!(version.starts_with(&expected), "`{version}` names {expected}");
+    assert!(version.ends_with(", contracts kcl:processor 0.1.0, 0.2.0, 0.3.0, 0.4.0)"), "{version}");
+    version
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_what_a_worker_processed_and_drop_a_shard_it_gave_away() {
     let aws = clients().await;
@@ -138,6 +152,11 @@ async fn metrics_show_what_a_worker_processed_and_drop_a_shard_it_gave_away() {
     assert_eq!(series(&text, "kcl_host_leases_taken_total", None), Some(2.0), "{text}");
     assert!(text.contains(r#"stream=""#) && text.contains(r#"worker="worker-1""#), "{text}");
     assert_eq!(http_get(&address, "/healthz").await.0.split(' ').nth(1), Some("200"));
+    // The same version string in --version, the start line and the metrics.
+    let version = version().await;
+    assert!(first.log().await[0].contains(&format!("kcl-host {version}: worker worker-1 consuming")), "{:?}", first.log().await[0]);
+    let build = text.lines().find(|l| l.starts_with("kcl_host_build_info{")).unwrap_or_else(|| panic!("a build_info series: {text}"));
+    assert!(build.contains(&format!(r#"version="{version}""#)) && build.ends_with(" 1"), "{build}");
 
     // A second worker joins: the first gives one shard back, and its series go.
     let mut second = start_with("counter", &stream.name, &application, "worker-2", &["--failover-time", "1s"]);

@@ -15,7 +15,7 @@ pub use runtime::RuntimeArgs;
 /// Consume Amazon Kinesis like the KCL does, with each shard's processor a
 /// sandboxed WebAssembly component.
 #[derive(Debug, Parser)]
-#[command(name = "kcl-host", version, propagate_version = true)]
+#[command(name = "kcl-host", version = crate::version(), propagate_version = true)]
 pub struct Cli {
     /// Log lines as text, or as one JSON object per line (fields such as
     /// `shard` at the top level) for log shippers.
@@ -82,6 +82,16 @@ pub enum Command {
         Values print as text, or as base64:... when they are not UTF-8. Reads the state table\n\
         <application>-KclHostState and creates nothing.")]
     State(StateArgs),
+    /// Print the least-privilege IAM policy for a worker run with these
+    /// settings: the same arguments as `run`.
+    #[command(after_help = "Examples:\n  \
+        kcl-host iam-policy processor.wasm --stream orders --application orders-totals --region us-east-2 --account-id 123456789012\n  \
+        kcl-host iam-policy processor.wasm --config kcl-host.toml --account-id 123456789012 > policy.json\n\n\
+        Put `iam-policy` where `run` was, and add --account-id. The policy names the streams, the\n\
+        application's tables, the fan-out consumer, each output and the --on-failure target; a region\n\
+        or account that is not known is a `*` in the ARNs (said on stderr). The state table is always\n\
+        granted, since a version deployed later may use state. The processor file is not read.")]
+    IamPolicy(Box<IamPolicyArgs>),
     /// Make a processor project that builds and replays as created.
     #[command(after_help = "Examples:\n  \
         kcl-host init orders-totals --lang rust\n  \
@@ -106,6 +116,17 @@ pub struct DeployArgs {
     /// Where and as whom to call AWS.
     #[command(flatten)]
     pub aws: AccountArgs,
+}
+
+/// `kcl-host iam-policy`.
+#[derive(Debug, Args)]
+pub struct IamPolicyArgs {
+    /// The AWS account the streams and tables are in [default: any, `*`].
+    #[arg(long, env = "KCL_HOST_ACCOUNT_ID")]
+    pub account_id: Option<String>,
+    /// The worker's arguments, as for `run`.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `kcl-host init`.
@@ -217,6 +238,16 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The worker's settings: these flags and variables over the `--config`
+    /// file, resolved and checked.
+    pub fn worker_config(&self) -> Result<crate::config::WorkerConfig, String> {
+        let file = match &self.config {
+            Some(path) => Layer::from_file(path).map_err(|e| e.to_string())?,
+            None => Layer::default(),
+        };
+        crate::config::WorkerConfig::resolve(self.layer().over(file)).map_err(|e| e.to_string())
+    }
+
     /// The settings given as flags or variables, as a layer over the file.
     pub fn layer(&self) -> Layer {
         Layer {

@@ -157,6 +157,7 @@ impl Metrics {
             registry: Registry::default(),
         };
         let r = &mut registry;
+        r.register("build", "The kcl-host build this worker runs", prometheus_client::metrics::info::Info::new(vec![("version", crate::version())]));
         r.register("records_processed", "Records delivered to the processor and acknowledged", metrics.records.clone());
         r.register("bytes_processed", "Bytes of record data acknowledged", metrics.bytes.clone());
         r.register("batches_processed", "Batches acknowledged", metrics.batches.clone());

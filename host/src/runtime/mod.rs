@@ -41,6 +41,11 @@ use wasmtime_wasi_config::WasiConfigVariables;
 pub use bindings::v0_4::kcl::processor::log::Level as LogLevel;
 pub use bindings::v0_4::kcl::processor::types::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
 pub use checkpoint::{CheckpointFuture, CheckpointSink};
+
+/// The `kcl:processor` contract versions a processor may implement.
+pub fn contract_versions() -> impl Iterator<Item = &'static str> {
+    contract::RECORD_PROCESSOR_EXPORTS.iter().map(|(version, _)| *version)
+}
 pub use error::CallError;
 pub use guest_log::GUEST_TARGET;
 pub use instance::ShardInstance;

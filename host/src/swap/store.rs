@@ -23,6 +23,11 @@ pub const CHUNK: usize = 350_000;
 /// `source` of the `deploy` row, `dynamodb://<table>/<hash>`.
 pub const SCHEME: &str = "dynamodb://";
 
+/// The name of `application`'s component table.
+pub fn components_table_name(application: &str) -> String {
+    format!("{application}-KclHostComponents")
+}
+
 /// The component table of one application.
 #[derive(Clone, Debug)]
 pub struct ComponentStore {
@@ -32,7 +37,7 @@ pub struct ComponentStore {
 impl ComponentStore {
     /// The component table of `application`.
     pub fn new(client: Client, application: &str) -> Self {
-        let name = format!("{application}-KclHostComponents");
+        let name = components_table_name(application);
         Self { table: KeyedTable { client, name, key: "key", what: "kcl-host component table" } }
     }
 

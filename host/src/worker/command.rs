@@ -9,18 +9,13 @@ use tracing::Instrument;
 
 use crate::aws::{AwsClients, AwsError, Service};
 use crate::cli::RunArgs;
-use crate::config::{Layer, WorkerConfig};
 use crate::replay;
 use crate::runtime::{Processor, Runtime};
 use crate::swap::Swapper;
 
 /// Runs `kcl-host run` to its end; the error says what stopped it.
 pub async fn run(args: RunArgs) -> Result<(), String> {
-    let file = match &args.config {
-        Some(path) => Layer::from_file(path).map_err(|e| e.to_string())?,
-        None => Layer::default(),
-    };
-    let config = WorkerConfig::resolve(args.layer().over(file)).map_err(|e| e.to_string())?;
+    let config = args.worker_config()?;
     let shutdown = shutdown_signal();
     let runtime = Runtime::new(config.runtime.clone()).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
@@ -31,7 +26,8 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     let region = clients.kinesis.config().region().map(ToString::to_string).unwrap_or_default();
     let streams: Vec<String> = config.streams.iter().map(|s| format!("`{}` (new shards from {:?})", s.name, s.initial_position)).collect();
     tracing::info!(
-        "worker {} consuming {} {} with {} {} (lease table `{}`, failover {:?})",
+        "kcl-host {}: worker {} consuming {} {} with {} {} (lease table `{}`, failover {:?})",
+        crate::version(),
         config.worker_id,
         if streams.len() == 1 { "stream" } else { "streams" },
         streams.join(", "),

@@ -75,6 +75,8 @@ pub struct Seen {
     pub operation: String,
     /// The DynamoDB table it names (`TableName`), if any.
     pub table: Option<String>,
+    /// The IAM actions it needs, on what.
+    pub authorizations: Vec<crate::iam::Authorization>,
     pub at: tokio::time::Instant,
     pub faulted: bool,
 }
@@ -190,7 +192,8 @@ fn fault_for(state: &Mutex<State>, request: &Request) -> Option<Fault> {
     let target = request.header("x-amz-target").unwrap_or_default().to_owned();
     let operation = target.rsplit('.').next().unwrap_or_default().to_owned();
     let body = String::from_utf8_lossy(&request.body);
-    let tables = table_names(&body);
+    let json = serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default();
+    let tables = table_names(&json);
     let index = state.rules.iter().position(|rule| {
         rule.times != Some(0)
             && rule.operation.is_none_or(|op| target.ends_with(&format!(".{op}")))
@@ -209,15 +212,15 @@ fn fault_for(state: &Mutex<State>, request: &Request) -> Option<Fault> {
         None => state.counts.forwarded += 1,
     }
     let table = tables.into_iter().next();
-    state.counts.requests.push(Seen { operation, table, at: tokio::time::Instant::now(), faulted: fault.is_some() });
+    let authorizations = crate::iam::authorizations(&target, &json);
+    state.counts.requests.push(Seen { operation, table, authorizations, at: tokio::time::Instant::now(), faulted: fault.is_some() });
     fault
 }
 
 /// The tables a DynamoDB request's JSON body names: its `TableName`, then
 /// those of a transaction's items (`TransactItems[].Update.TableName`, ...)
 /// and of a batch (`RequestItems`' keys), in order, each once.
-fn table_names(body: &str) -> Vec<String> {
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(body) else { return Vec::new() };
+fn table_names(value: &serde_json::Value) -> Vec<String> {
     let mut tables: Vec<String> = Vec::new();
     let mut add = |name: Option<&str>| {
         if let Some(name) = name
@@ -242,10 +245,10 @@ async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> s
     let Some(request) = read_request(&mut client).await? else { return Ok(()) };
     let fault = fault_for(state, &request);
     let answer = match fault {
-        None => forward(upstream, &request).await?,
+        None => return relay(upstream, &request, client).await,
         Some(Fault::Delay(delay)) => {
             tokio::time::sleep(delay).await;
-            forward(upstream, &request).await?
+            return relay(upstream, &request, client).await;
         }
         Some(Fault::Fail(status, error)) => error_answer(status, error),
         Some(Fault::LoseAnswer) => {
@@ -266,6 +269,15 @@ async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> s
         }
     };
     client.write_all(&answer).await?;
+    client.shutdown().await
+}
+
+/// Forwards `request` and passes its answer on as it comes: a
+/// `SubscribeToShard` answer is a stream of events that lasts minutes.
+async fn relay(upstream: &str, request: &Request, mut client: TcpStream) -> std::io::Result<()> {
+    let mut server = TcpStream::connect(upstream).await?;
+    server.write_all(&request.upstream_bytes()).await?;
+    tokio::io::copy(&mut server, &mut client).await?;
     client.shutdown().await
 }
 

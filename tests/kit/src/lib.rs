@@ -3,6 +3,7 @@
 
 pub mod faults;
 pub mod http_sink;
+pub mod iam;
 pub mod java_kcl3;
 pub mod process;
 pub mod producer;

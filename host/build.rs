@@ -1,0 +1,24 @@
+//! Names the commit the binary is built from, for `kcl-host --version`:
+//! `KCL_HOST_COMMIT` when set (a release built outside a checkout), else
+//! git's short hash, with `-dirty` for uncommitted changes.
+
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=KCL_HOST_COMMIT");
+    let git = |args: &[&str]| {
+        let out = Command::new("git").args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let commit = std::env::var("KCL_HOST_COMMIT").ok().or_else(|| {
+        // Build again when HEAD moves or the index changes (a commit, a checkout).
+        if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+            println!("cargo:rerun-if-changed={dir}/HEAD");
+            println!("cargo:rerun-if-changed={dir}/index");
+        }
+        let hash = git(&["rev-parse", "--short=12", "HEAD"])?;
+        let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+        Some(if dirty { format!("{hash}-dirty") } else { hash })
+    });
+    println!("cargo:rustc-env=KCL_HOST_COMMIT={}", commit.unwrap_or_else(|| "unknown".into()));
+}
