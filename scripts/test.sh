@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: builds the guests and the Java KCL 3.x worker, starts the
-# local servers, runs every test in the workspace against them, and stops the
-# servers again.
+# local servers, checks the deploy recipes, runs every test in the workspace
+# against the servers, and stops them again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -21,6 +21,8 @@ target=${CARGO_TARGET_DIR:-$root/target}
 export KCL_HOST="$target/debug/kcl-host" CACHE="${TMPDIR:-/tmp}/kcl-host-test-cache"
 printf '%s\0' examples/build/*.wasm | xargs -0 -P 2 -I{} sh -c \
   '"$KCL_HOST" replay "$1" --input host/templates/records.jsonl --cache-dir "$CACHE" >/dev/null 2>&1 || true' _ {}
+# The deploy recipes: schemas, and arguments kcl-host accepts.
+bash scripts/check-deploy.sh
 log=$(mktemp)
 status=0
 cargo test --no-run --quiet "$@"
