@@ -41,6 +41,8 @@ pub struct Coordinator<S> {
     fleet_read_sent: Option<Instant>,
     /// Live Java KCL 3.x workers, as the last pass read their metrics rows.
     kcl3_workers: BTreeSet<String>,
+    /// Java KCL 3.x workers that released their last lease (stopped).
+    kcl3_leavers: rules::Kcl3Leavers,
     /// Whether the last pass found Java KCL 3.x rows in the table.
     kcl3_in_table: bool,
     liveness: Arc<Liveness>,
@@ -76,6 +78,7 @@ impl<S: LeaseStore> Coordinator<S> {
             fleet: Fleet::default(),
             fleet_read_sent: None,
             kcl3_workers: BTreeSet::new(),
+            kcl3_leavers: rules::Kcl3Leavers::default(),
             kcl3_in_table: false,
             liveness: Arc::new(Liveness::new(settings.failover_time)),
             leases: Vec::new(),

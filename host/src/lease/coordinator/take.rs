@@ -151,9 +151,15 @@ impl<S: LeaseStore> Coordinator<S> {
     /// each change: their leader assigns them the leases kcl-host gives back.
     fn count_kcl3_workers(&mut self, scan: &LeaseScan) {
         self.kcl3_in_table = scan.kcl3_rows > 0;
-        let live = rules::live_kcl3_workers(&scan.kcl3_workers, crate::clock::unix_ms() / 1000);
+        self.kcl3_leavers.observe(&scan.leases, &scan.kcl3_workers);
+        let mut live = rules::live_kcl3_workers(&scan.kcl3_workers, crate::clock::unix_ms() / 1000);
+        live.retain(|worker| !self.kcl3_leavers.has_left(worker));
         if live != self.kcl3_workers {
-            tracing::info!(workers = ?live, "Java KCL 3.x workers (metrics rows updated within {}s) count toward each worker's share", rules::KCL3_WORKER_EXPIRY.as_secs());
+            tracing::info!(
+                workers = ?live,
+                "Java KCL 3.x workers (metrics rows updated within {}s, not stopped: a 3.x worker that released its last lease and has not reported since has) count toward each worker's share",
+                rules::KCL3_WORKER_EXPIRY.as_secs()
+            );
             self.kcl3_workers = live;
         }
     }

@@ -124,6 +124,37 @@ pub fn live_kcl3_workers(last_updates: &BTreeMap<String, u64>, unix_now: u64) ->
         .collect()
 }
 
+/// Java KCL 3.x workers that gave up every lease they held and have not
+/// reported since: 3.x's graceful stop releases its leases (owner cleared)
+/// but leaves its metrics row, which counts as live for up to
+/// [`KCL3_WORKER_EXPIRY`]. Counting such a worker would keep kcl-host at
+/// half the shards, the rest free, for that long. A worker that reports
+/// again, or holds a lease again, counts as live again.
+#[derive(Debug, Default)]
+pub struct Kcl3Leavers {
+    /// The 3.x workers holding a lease at the last look.
+    holding: BTreeSet<String>,
+    /// Worker → its metrics row's `lut` when it was first seen holding none.
+    emptied: BTreeMap<String, u64>,
+}
+
+impl Kcl3Leavers {
+    /// Notes who holds `leases` now, given the 3.x workers' `last_updates`.
+    pub fn observe(&mut self, leases: &[Lease], last_updates: &BTreeMap<String, u64>) {
+        let holding: BTreeSet<String> = leases.iter().filter_map(|l| l.owner.clone()).filter(|o| last_updates.contains_key(o)).collect();
+        for gone in self.holding.difference(&holding) {
+            self.emptied.insert(gone.clone(), last_updates.get(gone).copied().unwrap_or_default());
+        }
+        self.emptied.retain(|worker, lut| !holding.contains(worker) && last_updates.get(worker).is_some_and(|now| now <= lut));
+        self.holding = holding;
+    }
+
+    /// Whether `worker` gave up its last lease and has not reported since.
+    pub fn has_left(&self, worker: &str) -> bool {
+        self.emptied.contains_key(worker)
+    }
+}
+
 /// The kcl-host workers of an application, as their heartbeat rows show them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Fleet {

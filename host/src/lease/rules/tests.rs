@@ -331,3 +331,22 @@ fn a_live_workers_lease_of_a_stream_this_worker_does_not_read_counts_toward_the_
     assert_eq!(keys(&plan.take), BTreeSet::from([key("a", 1).as_str()]), "its third, not the removed stream's free lease");
     assert!(plan.steal.is_empty());
 }
+
+#[test]
+fn a_java_kcl_3_worker_that_released_every_lease_counts_as_stopped_until_it_reports_again() {
+    let mut leavers = Kcl3Leavers::default();
+    let reports = |lut: u64| BTreeMap::from([("java-1".to_owned(), lut), ("java-2".to_owned(), 100)]);
+    let held = [lease("a", Some("java-1")), lease("b", Some("java-1")), lease("c", Some("w"))];
+    leavers.observe(&held, &reports(100));
+    assert!(!leavers.has_left("java-1"), "it holds leases");
+    assert!(!leavers.has_left("java-2"), "a 3.x worker that has held nothing yet (it just joined) is live");
+    // Its graceful stop clears the owner of each lease; the metrics row stays.
+    let released = [lease("a", None), lease("b", None), lease("c", Some("w"))];
+    leavers.observe(&released, &reports(100));
+    assert!(leavers.has_left("java-1"));
+    leavers.observe(&released, &reports(100));
+    assert!(leavers.has_left("java-1"), "still not reporting");
+    leavers.observe(&released, &reports(130));
+    assert!(!leavers.has_left("java-1"), "it reported again: live, whatever it holds");
+    assert!(!leavers.has_left("java-2"));
+}
