@@ -41,11 +41,6 @@ use wasmtime_wasi_config::WasiConfigVariables;
 pub use bindings::v0_4::kcl::processor::log::Level as LogLevel;
 pub use bindings::v0_4::kcl::processor::types::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
 pub use checkpoint::{CheckpointFuture, CheckpointSink};
-
-/// The `kcl:processor` contract versions a processor may implement.
-pub fn contract_versions() -> impl Iterator<Item = &'static str> {
-    contract::RECORD_PROCESSOR_EXPORTS.iter().map(|(version, _)| *version)
-}
 pub use error::CallError;
 pub use guest_log::GUEST_TARGET;
 pub use instance::ShardInstance;
@@ -56,6 +51,11 @@ pub use processor::{LoadError, Processor};
 pub use store::SharedMemory;
 pub use state::{KeyedState, StateChanges, StateError, StateFuture, StateSource, HOST_KEY_PREFIX, MAX_CHANGED_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use bindings::v0_4::windowed::exports::kcl::processor::window::WindowBounds;
+
+/// The `kcl:processor` contract versions a processor may implement.
+pub fn contract_versions() -> impl Iterator<Item = &'static str> {
+    contract::RECORD_PROCESSOR_EXPORTS.iter().map(|(version, _)| *version)
+}
 
 /// How often the epoch advances: a running guest yields to the async
 /// runtime, and its call deadline is checked, once per tick.

@@ -275,15 +275,21 @@ async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> s
 /// Forwards `request` and passes its answer on as it comes: a
 /// `SubscribeToShard` answer is a stream of events that lasts minutes.
 async fn relay(upstream: &str, request: &Request, mut client: TcpStream) -> std::io::Result<()> {
-    let mut server = TcpStream::connect(upstream).await?;
-    server.write_all(&request.upstream_bytes()).await?;
+    let mut server = send(upstream, request).await?;
     tokio::io::copy(&mut server, &mut client).await?;
     client.shutdown().await
 }
 
-async fn forward(upstream: &str, request: &Request) -> std::io::Result<Vec<u8>> {
+/// `request` sent upstream on a connection of its own, the answer to come.
+async fn send(upstream: &str, request: &Request) -> std::io::Result<TcpStream> {
     let mut server = TcpStream::connect(upstream).await?;
     server.write_all(&request.upstream_bytes()).await?;
+    Ok(server)
+}
+
+/// Forwards `request` and reads its whole answer.
+async fn forward(upstream: &str, request: &Request) -> std::io::Result<Vec<u8>> {
+    let mut server = send(upstream, request).await?;
     let mut answer = Vec::new();
     server.read_to_end(&mut answer).await?;
     Ok(answer)

@@ -157,7 +157,7 @@ impl<S: LeaseStore> Coordinator<S> {
         if live != self.kcl3_workers {
             tracing::info!(
                 workers = ?live,
-                "Java KCL 3.x workers (metrics rows updated within {}s, not stopped: a 3.x worker that released its last lease and has not reported since has) count toward each worker's share",
+                "Java KCL 3.x workers (metrics rows updated within {}s, less those that released their last lease and have not reported since) count toward each worker's share",
                 rules::KCL3_WORKER_EXPIRY.as_secs()
             );
             self.kcl3_workers = live;
