@@ -222,6 +222,9 @@ async fn two_streams_resharded_at_once_under_failing_reads_and_a_kill_keep_each_
     let checkpoints: BTreeMap<String, Checkpoint> = leases(&aws.dynamodb, &application).await.into_iter().map(|l| (l.key.into(), l.checkpoint)).collect();
     let before_kill = delivered(&first.kill().await);
     let mut second = start_through(&proxy, "KINESIS", "counter", &both, &application, "worker-2", &flags);
+    // Up before anything else: the killed worker may have delivered every
+    // record already, and a SIGINT before the worker's handler is set kills it.
+    second.wait_for("its first lease pass", LIMIT, |log| log.iter().any(|l| l.contains("first lease pass done"))).await;
     second.wait_for("every record", LIMIT, |log| covers(log, &before_kill, &records)).await;
 
     let by_second = second.delivered().await;
