@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::aws::{AwsError, Service};
 use crate::backoff::Backoff;
 use crate::config::Retrieval;
-use crate::fetch::{user_records, Fetched, ShardReader, StartingPosition};
+use crate::fetch::{user_records, Fetched, Reads, ShardReader, StartingPosition};
 use crate::records::kpl::HashRange;
 use crate::records::Position;
 
@@ -137,7 +137,7 @@ impl<S: Subscriptions> ShardReader for Subscriber<S> {
             if batch.is_empty() && shard_end.is_none() && batch.millis_behind_latest > 0 {
                 continue;
             }
-            return Ok(Fetched { batch, shard_end, calls: 0, throttles: 0 });
+            return Ok(Fetched { batch, shard_end, reads: Reads::default() });
         }
     }
 }

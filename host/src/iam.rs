@@ -14,6 +14,8 @@ use serde::Serialize;
 use crate::cli::IamPolicyArgs;
 use crate::config::{Retrieval, WorkerConfig};
 use crate::lease::heartbeat::control_table_name;
+use crate::metrics::kcl::Level;
+use crate::metrics::publish::SinkKind;
 use crate::output::TargetSpec;
 use crate::state::state_table_name;
 use crate::swap::store::components_table_name;
@@ -73,11 +75,13 @@ pub struct Statement {
     effect: &'static str,
     action: Vec<&'static str>,
     resource: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    condition: Option<serde_json::Value>,
 }
 
 impl Statement {
     fn allow(sid: &str, action: &[&'static str], resource: Vec<String>) -> Self {
-        Self { sid: sid.into(), effect: "Allow", action: action.to_vec(), resource }
+        Self { sid: sid.into(), effect: "Allow", action: action.to_vec(), resource, condition: None }
     }
 }
 
@@ -172,6 +176,13 @@ pub fn worker_policy(config: &WorkerConfig, account: &Account) -> Policy {
     ] {
         statement.push(Statement::allow(sid, actions, vec![account.table(&table)]));
     }
+    if config.metrics.sinks.contains(&SinkKind::CloudWatch) && config.metrics.selection.level != Level::None {
+        // PutMetricData has no resource to name: the namespace condition narrows it.
+        statement.push(Statement {
+            condition: Some(serde_json::json!({ "StringEquals": { "cloudwatch:namespace": application } })),
+            ..Statement::allow("PublishMetrics", &["cloudwatch:PutMetricData"], vec!["*".into()])
+        });
+    }
     Policy { version: "2012-10-17", statement }
 }
 
@@ -240,6 +251,16 @@ mod tests {
             &serde_json::json!(["arn:aws:kinesis:eu-west-1:123456789012:stream/enriched", other, "arn:aws:kinesis:eu-west-1:123456789012:stream/dead-letters"])
         );
         assert_eq!(statement(&policy, "WriteTargetTables").unwrap()["Resource"], serde_json::json!(["arn:aws:dynamodb:eu-west-1:123456789012:table/totals"]));
+    }
+
+    #[test]
+    fn cloudwatch_metrics_are_granted_for_the_applications_namespace_only() {
+        let emf = policy(Layer { stream: Some("orders".into()), metrics: Some(vec!["emf".into()]), ..Layer::default() });
+        assert!(statement(&emf, "PublishMetrics").is_none(), "EMF lines need no API call: {emf}");
+        let cloudwatch = policy(Layer { stream: Some("orders".into()), metrics: Some(vec!["cloudwatch".into()]), ..Layer::default() });
+        let publish = statement(&cloudwatch, "PublishMetrics").unwrap();
+        assert_eq!(publish["Action"], serde_json::json!(["cloudwatch:PutMetricData"]));
+        assert_eq!(publish["Condition"], serde_json::json!({ "StringEquals": { "cloudwatch:namespace": "orders-totals" } }));
     }
 
     #[test]

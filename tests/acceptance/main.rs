@@ -19,6 +19,7 @@ mod fleet;
 mod handover;
 mod iam;
 mod lifecycle;
+mod metrics;
 mod operator;
 mod outputs;
 mod parallel;

@@ -1,4 +1,4 @@
-//! Kinesis and DynamoDB clients from the standard AWS configuration chain,
+//! Kinesis, DynamoDB and CloudWatch clients from the standard AWS configuration chain,
 //! and errors that say what went wrong in words an operator can act on.
 //!
 //! Region, profile, credentials and endpoints come from the usual places
@@ -68,13 +68,16 @@ impl AwsSettings {
     }
 }
 
-/// The two clients a worker needs.
+/// The clients a worker needs.
 #[derive(Clone, Debug)]
 pub struct AwsClients {
     /// The Kinesis client.
     pub kinesis: aws_sdk_kinesis::Client,
     /// The DynamoDB client.
     pub dynamodb: aws_sdk_dynamodb::Client,
+    /// The CloudWatch client (`--metrics cloudwatch`); its endpoint comes
+    /// from the chain (`AWS_ENDPOINT_URL_CLOUDWATCH`).
+    pub cloudwatch: aws_sdk_cloudwatch::Client,
     /// Every request both clients sent.
     pub requests: RequestCounts,
 }
@@ -248,6 +251,7 @@ impl AwsClients {
         Ok(Self {
             kinesis: aws_sdk_kinesis::Client::from_conf(kinesis.build()),
             dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb.build()),
+            cloudwatch: aws_sdk_cloudwatch::Client::new(&config),
             requests,
         })
     }

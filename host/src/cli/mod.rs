@@ -214,6 +214,21 @@ pub struct RunArgs {
     /// Serve Prometheus /metrics and /healthz here, e.g. 127.0.0.1:9090 [default: off].
     #[arg(long, env = "KCL_HOST_ADMIN_LISTEN")]
     pub admin_listen: Option<String>,
+    /// Publish metrics to CloudWatch as well as /metrics: `cloudwatch` (PutMetricData, one call a minute per 1,000 values) or `emf` (Embedded Metric Format lines on stdout or --metrics-emf-file, for the CloudWatch agent or the awslogs driver; no API call) (repeatable) [default: neither].
+    #[arg(long, value_name = "SINK", env = "KCL_HOST_METRICS", value_delimiter = ',', value_parser = ["cloudwatch", "emf"])]
+    pub metrics: Vec<String>,
+    /// Which metrics are published, as KCL's metricsLevel: NONE, SUMMARY or DETAILED [default: DETAILED].
+    #[arg(long, env = "KCL_HOST_METRICS_LEVEL")]
+    pub metrics_level: Option<String>,
+    /// The dimensions published, as KCL's metricsEnabledDimensions: any of ShardId, StreamId, WorkerIdentifier (Operation is always on); a dimension left out is summed over [default: all].
+    #[arg(long, env = "KCL_HOST_METRICS_DIMENSIONS", value_delimiter = ',')]
+    pub metrics_dimensions: Vec<String>,
+    /// How often metrics are published (KCL's metricsBufferTimeMillis) [default: 60s].
+    #[arg(long, env = "KCL_HOST_METRICS_BUFFER_TIME")]
+    pub metrics_buffer_time: Option<String>,
+    /// With --metrics emf: append the lines to this file instead of stdout.
+    #[arg(long, env = "KCL_HOST_METRICS_EMF_FILE")]
+    pub metrics_emf_file: Option<PathBuf>,
     /// Most processor instances alive at once (slots reserved up front); also caps --max-leases [default: 1000].
     #[arg(long, env = "KCL_HOST_MAX_INSTANCES")]
     pub max_instances: Option<u32>,
@@ -273,6 +288,11 @@ impl RunArgs {
             window: self.window.clone(),
             retrieval: self.retrieval.clone(),
             admin_listen: self.admin_listen.clone(),
+            metrics: (!self.metrics.is_empty()).then(|| self.metrics.clone()),
+            metrics_level: self.metrics_level.clone(),
+            metrics_dimensions: (!self.metrics_dimensions.is_empty()).then(|| self.metrics_dimensions.clone()),
+            metrics_buffer_time: self.metrics_buffer_time.clone(),
+            metrics_emf_file: self.metrics_emf_file.clone(),
             swap_canary_batches: self.swap_canary_batches,
             swap_rollback_after: self.swap_rollback_after,
             swap_buffer_mib: self.swap_buffer_mib,

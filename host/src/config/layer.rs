@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use super::values::{duration, parse_duration, positive};
 use crate::failure::{FailureSettings, RETRY_BACKOFF};
+use crate::metrics::kcl::{Level, Selection, DIMENSIONS};
+use crate::metrics::publish::{PublishSettings, SinkKind};
 use super::ConfigError;
 use crate::output::{parse_outputs, OutputSpec, TargetSpec};
 use crate::runtime::{OutboundPolicy, RuntimeConfig};
@@ -53,6 +55,12 @@ pub struct Layer {
     pub window: Option<String>,
     pub retrieval: Option<String>,
     pub admin_listen: Option<String>,
+    /// `cloudwatch`, `emf`.
+    pub metrics: Option<Vec<String>>,
+    pub metrics_level: Option<String>,
+    pub metrics_dimensions: Option<Vec<String>>,
+    pub metrics_buffer_time: Option<String>,
+    pub metrics_emf_file: Option<PathBuf>,
     pub swap_canary_batches: Option<u32>,
     pub swap_rollback_after: Option<u32>,
     pub swap_buffer_mib: Option<usize>,
@@ -99,11 +107,49 @@ impl Layer {
         merge!(
             application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, lease_renewal, fleet_heartbeat_reads, failover_time, shard_sync_interval,
-            idle_time_between_reads, max_records, parallelism, window, retrieval, admin_listen, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
+            idle_time_between_reads, max_records, parallelism, window, retrieval, admin_listen, metrics, metrics_level,
+            metrics_dimensions, metrics_buffer_time, metrics_emf_file, swap_canary_batches, swap_rollback_after, swap_buffer_mib,
             swap_canary_input, watch, memory_limit_mib, call_deadline, max_instances, cache_dir, no_cache, outputs,
             output_buffer_mib, allow_outbound, vars, max_retry_attempts, max_record_age, bisect_on_error, on_failure,
             retry_backoff
         )
+    }
+
+    /// The metrics publishing this layer (over the defaults) describes.
+    pub fn metrics(&self, several_streams: bool) -> Result<PublishSettings, ConfigError> {
+        let defaults = PublishSettings::default();
+        let invalid = |setting, value: String, reason: &str| ConfigError::Invalid { setting, value, reason: reason.into() };
+        let sinks = self
+            .metrics
+            .iter()
+            .flatten()
+            .map(|sink| match sink.as_str() {
+                "cloudwatch" => Ok(SinkKind::CloudWatch),
+                "emf" => Ok(SinkKind::Emf),
+                other => Err(invalid("metrics", other.to_owned(), "expected cloudwatch or emf")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let level = match &self.metrics_level {
+            Some(text) => Level::parse(text).ok_or_else(|| invalid("metrics_level", text.clone(), "expected NONE, SUMMARY or DETAILED"))?,
+            None => defaults.selection.level,
+        };
+        let dimensions = match &self.metrics_dimensions {
+            Some(names) => {
+                for name in names {
+                    if !DIMENSIONS.contains(&name.as_str()) {
+                        return Err(invalid("metrics_dimensions", name.clone(), "expected Operation, ShardId, StreamId or WorkerIdentifier"));
+                    }
+                }
+                names.clone()
+            }
+            None => defaults.selection.dimensions,
+        };
+        Ok(PublishSettings {
+            sinks,
+            selection: Selection { level, dimensions, several_streams },
+            interval: duration("metrics_buffer_time", self.metrics_buffer_time.as_deref(), defaults.interval)?,
+            emf_file: self.metrics_emf_file.clone(),
+        })
     }
 
     /// The sandbox limits this layer (over the defaults) describes.

@@ -27,6 +27,11 @@
 //! max_instances = 1000               # processor instances at once (caps max_leases)
 //! cache_dir = "/var/cache/kcl-host"  # compiled components
 //! no_cache = false
+//! metrics = ["emf"]                  # or "cloudwatch": KCL's metrics published besides /metrics
+//! metrics_level = "DETAILED"         # metricsLevel: NONE, SUMMARY or DETAILED
+//! metrics_dimensions = ["ShardId", "StreamId", "WorkerIdentifier"]  # metricsEnabledDimensions
+//! metrics_buffer_time = "60s"        # metricsBufferTimeMillis
+//! metrics_emf_file = "/var/log/kcl-host/metrics.log"  # EMF lines here instead of stdout
 //! ```
 //!
 //! Durations are written with a unit: `500ms`, `10s`, `2m`, `1h`.
@@ -124,6 +129,8 @@ pub struct WorkerConfig {
     pub retrieval: Retrieval,
     /// Where `/metrics` and `/healthz` are served; off when `None`.
     pub admin_listen: Option<std::net::SocketAddr>,
+    /// Publishing to CloudWatch (`--metrics` and the `--metrics-*` settings).
+    pub metrics: crate::metrics::publish::PublishSettings,
     /// How a new processor version is rolled out.
     pub swap: crate::swap::rollout::SwapSettings,
     /// Records every new version must replay without error first.
@@ -158,6 +165,7 @@ impl WorkerConfig {
         let failure = layer.failure()?;
         let initial_position = initial_position(layer.initial_position.as_deref(), layer.initial_timestamp.as_deref())?;
         let (streams, streams_listed) = streams::resolve(&layer, &initial_position)?;
+        let metrics = layer.metrics(streams.len() > 1)?;
         let application = layer
             .application
             .ok_or(ConfigError::Missing { setting: "application", flag: "application", env: "APPLICATION" })?;
@@ -263,6 +271,7 @@ impl WorkerConfig {
                 })?),
                 None => None,
             },
+            metrics,
             runtime,
             outputs,
             output_buffer_bytes,

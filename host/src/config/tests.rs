@@ -4,6 +4,8 @@ use super::*;
 use super::values::stream_name;
 use std::path::Path;
 use crate::output::TargetSpec;
+use crate::metrics::kcl::Level;
+use crate::metrics::publish::SinkKind;
 
 #[test]
 fn a_stream_is_given_by_name_or_by_arn() {
@@ -39,6 +41,15 @@ fn defaults_follow_the_kcl() {
 }
 
 #[test]
+fn metrics_settings_follow_the_kcls_names_in_the_file_too() {
+    let file: Layer = toml::from_str("metrics = [\"emf\"]\nmetrics_level = \"summary\"\nmetrics_dimensions = [\"WorkerIdentifier\"]\nmetrics_buffer_time = \"10s\"").unwrap();
+    let c = WorkerConfig::resolve(layer().over(file)).unwrap().metrics;
+    assert_eq!((c.sinks, c.selection.level, c.selection.dimensions, c.interval), (vec![SinkKind::Emf], Level::Summary, vec!["WorkerIdentifier".to_owned()], Duration::from_secs(10)));
+    let defaults = WorkerConfig::resolve(layer()).unwrap().metrics;
+    assert!(defaults.sinks.is_empty() && defaults.selection.level == Level::Detailed && defaults.interval == Duration::from_secs(60));
+}
+
+#[test]
 fn flags_win_over_the_file() {
     let flags = Layer { failover_time: Some("3s".into()), ..layer() };
     let file: Layer = toml::from_str("failover_time = \"20s\"\nmax_leases = 4\nstream = \"other\"").unwrap();
@@ -66,6 +77,9 @@ fn bad_settings_are_named_with_the_fix() {
         (Layer { shard_sync_interval: Some("48h".into()), ..layer() }, "at most 24h"),
         (Layer { call_deadline: Some("0ms".into()), ..layer() }, "longer than zero"),
         (Layer { memory_limit_mib: Some(0), ..layer() }, "at least 1"),
+        (Layer { metrics_level: Some("LOUD".into()), ..layer() }, "NONE, SUMMARY or DETAILED"),
+        (Layer { metrics_dimensions: Some(vec!["Shard".into()]), ..layer() }, "ShardId, StreamId or WorkerIdentifier"),
+        (Layer { metrics: Some(vec!["statsd".into()]), ..layer() }, "cloudwatch or emf"),
     ];
     for (layer, words) in cases {
         let err = WorkerConfig::resolve(layer).unwrap_err().to_string();

@@ -129,11 +129,19 @@ pub struct Fetched {
     pub batch: Batch,
     /// Set when the shard is closed and fully read: its children.
     pub shard_end: Option<BTreeSet<String>>,
-    /// GetRecords calls made for this batch, and how many were throttled
-    /// (0 with enhanced fan-out).
+    /// The GetRecords calls made for this batch (none with enhanced fan-out).
+    pub reads: Reads,
+}
+
+/// The GetRecords calls behind one batch.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reads {
+    /// Calls made.
     pub calls: u64,
-    /// How many of those calls were throttled.
+    /// How many of them were throttled.
     pub throttles: u64,
+    /// How many found their iterator expired (KCL's `ExpiredIterator`).
+    pub expired: u64,
 }
 
 /// Reads one shard, in order, from a starting position.
@@ -193,13 +201,13 @@ impl Fetcher {
     /// processor was given is read again; only an error that waiting cannot
     /// mend (a deleted stream, denied access) is returned.
     async fn read(&mut self) -> Result<Fetched, AwsError> {
-        let (mut calls, mut throttles) = (0, 0);
+        let mut reads = Reads::default();
         loop {
             let iterator = match &self.iterator {
                 Some(iterator) => iterator.clone(),
                 None => match self.shard_iterator().await {
                     Ok(Some(iterator)) => iterator,
-                    Ok(None) => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), calls, throttles }),
+                    Ok(None) => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), reads }),
                     Err(e) if e.is_transient() => {
                         self.failed_call(&e);
                         tokio::time::sleep_until(self.next_call).await;
@@ -210,15 +218,16 @@ impl Fetcher {
             };
             tokio::time::sleep_until(self.next_call).await;
             self.next_call = Instant::now() + MIN_CALL_INTERVAL;
-            calls += 1;
+            reads.calls += 1;
             let (answer, asked) = self.get_records(&iterator).await;
             if asked.again > 0 {
                 tracing::warn!(shard = %self.shard, "GetRecords went unanswered; asked again {} times on new connections", asked.again);
             }
-            calls += u64::from(asked.again);
+            reads.calls += u64::from(asked.again);
             let output = match answer {
                 Ok(output) => output,
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_expired_iterator_exception()) => {
+                    reads.expired += 1;
                     self.iterator = None;
                     continue;
                 }
@@ -231,7 +240,7 @@ impl Fetcher {
                     continue;
                 }
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_provisioned_throughput_exceeded_exception()) => {
-                    throttles += 1;
+                    reads.throttles += 1;
                     let wait = self.throttled.next_wait();
                     tracing::warn!(shard = %self.shard, "GetRecords throttled; backing off {wait:?}");
                     self.next_call = Instant::now() + wait;
@@ -269,7 +278,7 @@ impl Fetcher {
                 // At the tip: said once per idle read, which is the clock of `--window`.
                 self.next_call = Instant::now() + self.settings.idle_time_between_reads;
             }
-            return Ok(Fetched { batch, shard_end, calls, throttles });
+            return Ok(Fetched { batch, shard_end, reads });
         }
     }
 

@@ -1,6 +1,10 @@
-//! The worker's Prometheus metrics. Every series carries the `application`
-//! and `worker` labels; per-shard series also `stream` and `shard`, and go
-//! away when this worker's lease on the shard does.
+//! The worker's metrics, recorded once, in a Prometheus registry: scraped
+//! at the admin listener's `/metrics`, and read from there by the
+//! CloudWatch and EMF sinks ([`publish`]) in the Java KCL's names
+//! ([`kcl`]). Every series carries the `application` and `worker` labels;
+//! per-shard series also `stream` and `shard`, and go away when this
+//! worker's lease on the shard does (after the next publish, when there is
+//! one, so that it counts the shard's last records).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +16,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+mod cloudwatch;
+mod emf;
+pub mod kcl;
+pub mod publish;
 mod shard;
+mod snapshot;
 
 pub use shard::ShardMetrics;
 
@@ -78,6 +87,7 @@ pub struct Metrics {
     checkpoints_refused: Family<ShardLabels, Counter>,
     get_records: Family<ShardLabels, Counter>,
     throttles: Family<ShardLabels, Counter>,
+    expired_iterators: Family<ShardLabels, Counter>,
     version: Family<VersionLabels, Gauge>,
     swaps: Family<ShardLabels, Counter>,
     calls_in_flight: Family<ShardLabels, Gauge>,
@@ -100,6 +110,9 @@ pub struct Metrics {
     state_writes: Family<ShardLabels, Counter>,
     state_commit_seconds: Histograms,
     state_commit_items: Histograms,
+    /// Shards forgotten since the last publish, whose series it still reads;
+    /// `None` when nothing publishes (they go at once).
+    forgotten: std::sync::Mutex<Option<Vec<ShardMetrics>>>,
 }
 
 /// Items in one state commit: 1 to 128.
@@ -132,6 +145,7 @@ impl Metrics {
             checkpoints_refused: Family::default(),
             get_records: Family::default(),
             throttles: Family::default(),
+            expired_iterators: Family::default(),
             version: Family::default(),
             swaps: Family::default(),
             calls_in_flight: Family::default(),
@@ -154,6 +168,7 @@ impl Metrics {
             state_commit_items: Family::new_with_constructor(items_histogram),
             output_write_seconds: Family::new_with_constructor(call_histogram),
             output_buffer: Gauge::default(),
+            forgotten: std::sync::Mutex::new(None),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -176,6 +191,7 @@ impl Metrics {
         r.register("checkpoints_refused", "Checkpoints refused (lease lost, invalid, table unavailable)", metrics.checkpoints_refused.clone());
         r.register("get_records_calls", "GetRecords calls", metrics.get_records.clone());
         r.register("get_records_throttles", "GetRecords calls throttled", metrics.throttles.clone());
+        r.register("expired_iterators", "GetRecords calls whose shard iterator had expired (a new one was asked for)", metrics.expired_iterators.clone());
         r.register("processor_version", "1 for the processor each shard runs", metrics.version.clone());
         r.register("processor_swaps", "Processor instances replaced by a new version at a batch boundary", metrics.swaps.clone());
         r.register("calls_in_flight", "Processor calls running on a shard now (up to --parallelism)", metrics.calls_in_flight.clone());
@@ -215,7 +231,25 @@ impl Metrics {
     /// The series of one shard of `stream`.
     pub fn shard(self: &Arc<Self>, stream: &str, shard: &str) -> ShardMetrics {
         let labels = ShardLabels { stream: stream.to_owned(), shard: shard.to_owned() };
+        // Held again before the publish dropped it: its series stay.
+        if let Some(forgotten) = self.forgotten.lock().expect("not poisoned").as_mut() {
+            forgotten.retain(|shard| shard.labels != labels);
+        }
         ShardMetrics { metrics: self.clone(), labels, version: Default::default() }
+    }
+
+    /// From now on a forgotten shard's series stay until
+    /// [`Metrics::drop_forgotten_series`]: a publisher reads them once more.
+    pub fn keep_forgotten_series(&self) {
+        self.forgotten.lock().expect("not poisoned").get_or_insert_with(Vec::new);
+    }
+
+    /// Removes the series of the shards forgotten since the last call.
+    pub fn drop_forgotten_series(&self) {
+        let forgotten = self.forgotten.lock().expect("not poisoned").as_mut().map(std::mem::take).unwrap_or_default();
+        for shard in forgotten {
+            shard.remove();
+        }
     }
 
     /// The worker holds `count` leases.
@@ -295,5 +329,23 @@ mod tests {
         shard.forget();
         let text = metrics.encode();
         assert!(!text.contains("shardId-000000000001"), "{text}");
+    }
+
+    #[test]
+    fn with_a_publisher_a_forgotten_shard_is_read_once_more() {
+        let metrics = Arc::new(Metrics::new("orders-app", "w1"));
+        metrics.keep_forgotten_series();
+        let (ended, held_again) = (metrics.shard("orders", "shardId-1"), metrics.shard("orders", "shardId-2"));
+        ended.processed(3, 30, Duration::from_millis(2));
+        held_again.processed(4, 40, Duration::from_millis(2));
+        ended.forget();
+        held_again.forget();
+        let held_again = metrics.shard("orders", "shardId-2");
+        assert!(metrics.encode().contains("shardId-1"), "the publisher has not read its last records yet");
+        metrics.drop_forgotten_series();
+        let text = metrics.encode();
+        assert!(!text.contains("shardId-1\""), "{text}");
+        held_again.processed(1, 10, Duration::from_millis(2));
+        assert!(text.contains(r#"shard="shardId-2"} 4"#), "a shard held again keeps its series: {text}");
     }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{ErrorLabels, Metrics, PolicyLabels, ShardLabels, VersionLabels, POLICY_ACTIONS};
+use crate::fetch::Reads;
 use crate::runtime::CallError;
 
 /// One shard's series.
@@ -77,10 +78,11 @@ impl ShardMetrics {
         family.get_or_create(&self.labels).inc();
     }
 
-    /// GetRecords calls for a batch, and how many were throttled.
-    pub fn get_records(&self, calls: u64, throttles: u64) {
-        self.metrics.get_records.get_or_create(&self.labels).inc_by(calls);
-        self.metrics.throttles.get_or_create(&self.labels).inc_by(throttles);
+    /// The GetRecords calls behind a batch.
+    pub fn get_records(&self, reads: Reads) {
+        self.metrics.get_records.get_or_create(&self.labels).inc_by(reads.calls);
+        self.metrics.throttles.get_or_create(&self.labels).inc_by(reads.throttles);
+        self.metrics.expired_iterators.get_or_create(&self.labels).inc_by(reads.expired);
     }
 
     /// The processor the shard runs now (replacing the one before): its
@@ -127,10 +129,19 @@ impl ShardMetrics {
         self.metrics.swaps.get_or_create(&self.labels).inc();
     }
 
-    /// Removes every series of the shard: its lease is gone from this worker.
+    /// The shard's lease is gone from this worker: its series go, now or,
+    /// when metrics are published, after the next publish.
     pub fn forget(&self) {
+        match self.metrics.forgotten.lock().expect("not poisoned").as_mut() {
+            Some(forgotten) => forgotten.push(self.clone()),
+            None => self.remove(),
+        }
+    }
+
+    /// Removes every series of the shard.
+    pub(super) fn remove(&self) {
         let m = &self.metrics;
-        let counters = [&m.records, &m.bytes, &m.batches, &m.restarts, &m.checkpoints_written, &m.checkpoints_refused, &m.get_records, &m.throttles, &m.swaps];
+        let counters = [&m.records, &m.bytes, &m.batches, &m.restarts, &m.checkpoints_written, &m.checkpoints_refused, &m.get_records, &m.throttles, &m.expired_iterators, &m.swaps];
         for family in counters.into_iter().chain([&m.state_reads, &m.state_cache_hits, &m.state_writes]) {
             family.remove(&self.labels);
         }

@@ -155,6 +155,8 @@ struct Worker {
     upkeep: [JoinHandle<()>; 2],
     /// The admin listener, when there is one.
     admin: Option<JoinHandle<()>>,
+    /// Publishing to CloudWatch or EMF, when asked for.
+    publisher: Option<crate::metrics::publish::Publisher>,
     /// Says why, if another process took this worker id over.
     taken_over: mpsc::Receiver<String>,
 }
@@ -356,6 +358,10 @@ impl Worker {
         }
         if let Some(admin) = &self.admin {
             admin.abort();
+        }
+        // The shards' last records and the leases given back, counted.
+        if let Some(publisher) = self.publisher.take() {
+            publisher.finish().await;
         }
         // The others notice at their next heartbeat read and take the leases.
         if let Err(e) = self.control.leave(&self.me, &self.process).await {

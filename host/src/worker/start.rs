@@ -26,6 +26,7 @@ use crate::lease::dynamo::DynamoStore;
 use crate::lease::heartbeat::{HeartbeatTable, LeaseNews};
 use crate::lease::watch::{self, FleetWatch};
 use crate::lease::LeaseStore;
+use crate::metrics::publish::Publisher;
 use crate::metrics::Metrics;
 use crate::output::Outputs;
 use crate::state::StateTable;
@@ -92,6 +93,7 @@ impl Worker {
             tracing::warn!("{warning}");
         }
         let admin = admin::start(config.admin_listen, metrics.clone(), health.clone(), swapper.clone()).await.map_err(WorkerError::Refused)?;
+        let publisher = Publisher::start(metrics.clone(), &config.metrics, &config.application, &clients.cloudwatch).map_err(WorkerError::Refused)?;
         let (ended_tx, ended) = mpsc::unbounded_channel();
         let (reports_tx, reports) = mpsc::unbounded_channel();
         let mut processor = swapper.subscribe();
@@ -154,6 +156,7 @@ impl Worker {
             processor,
             upkeep: [heartbeats, renewals],
             admin,
+            publisher,
             taken_over,
         };
         if sync_shards(&worker.streams, &worker.clients, &worker.store, &leases).await? {

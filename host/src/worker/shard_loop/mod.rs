@@ -218,7 +218,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                     continue;
                 }
             };
-            let Fetched { batch, shard_end, calls, throttles } = match fetched {
+            let Fetched { batch, shard_end, reads } = match fetched {
                 Ok(fetched) => fetched,
                 // Waiting cannot bring a deleted stream back: the worker stops and says why.
                 Err(AwsError::StreamNotFound(stream)) => {
@@ -228,7 +228,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                 }
                 Err(e) => return Interrupt::Failed(format!("reading the shard failed: {e}")),
             };
-            self.metrics.get_records(calls, throttles);
+            self.metrics.get_records(reads);
             self.metrics.millis_behind_latest(batch.millis_behind_latest);
             let at_tip = batch.millis_behind_latest == 0;
             for (window, mut batch) in self.windows.pieces(batch) {
