@@ -22,7 +22,8 @@ use tokio::time::Instant;
 use crate::aws::{AwsError, Service};
 use crate::backoff::Backoff;
 use crate::config::Retrieval;
-use crate::fetch::{user_records, Fetched, Reads, ShardReader, StartingPosition};
+use crate::fetch::{user_records, Fetched, ShardReader, StartingPosition};
+use crate::metrics::Reads;
 use crate::records::kpl::HashRange;
 use crate::records::Position;
 

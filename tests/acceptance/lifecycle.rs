@@ -33,6 +33,13 @@ async fn the_seeds_reshard_is_processed_end_to_end_by_the_javascript_counter() {
 /// record is its own partition key: with `--parallelism` only each key's
 /// order is kept, so a shard's records are then compared as a set.
 async fn seed_scenario(counter: &str, extra: &[&str]) {
+    let one_instance = !extra.contains(&"--parallelism");
+    seed_scenario_run(one_instance, |stream, application| start_with(counter, stream, application, "worker-1", extra)).await;
+}
+
+/// The seed's reshard processed by the worker `start(stream, application)`
+/// starts: every record once, the parent's SHARD_END written by the host.
+pub(super) async fn seed_scenario_run(one_instance: bool, start: impl FnOnce(&str, &str) -> KclHost) {
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("seed"), 1).await;
     let parent = stream.shards().await[0].id.clone();
@@ -50,7 +57,7 @@ async fn seed_scenario(counter: &str, extra: &[&str]) {
     // The counter guest checkpoints every 100 records and never in shutdown:
     // on the parent (50 records) it never checkpoints at all.
     let application = unique("seed-app");
-    let mut host = start_with(counter, &stream.name, &application, "worker-1", extra);
+    let mut host = start(&stream.name, &application);
     host.wait_for("all 110 records", LIMIT, |log| log.iter().filter(|l| l.contains("kcl_host::guest: record ")).count() >= 110).await;
     let delivered = host.delivered().await;
     let (status, log) = host.interrupt().await;
@@ -58,7 +65,6 @@ async fn seed_scenario(counter: &str, extra: &[&str]) {
 
     // Every record of all three shards, each exactly once, in shard order
     // (one instance per shard).
-    let one_instance = !extra.contains(&"--parallelism");
     let mut shards: BTreeMap<String, Vec<String>> = BTreeMap::new();
     if one_instance {
         shards = by_shard(&delivered);

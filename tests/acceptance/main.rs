@@ -18,6 +18,7 @@ mod faults;
 mod fleet;
 mod handover;
 mod iam;
+mod image;
 mod lifecycle;
 mod metrics;
 mod operator;

@@ -21,6 +21,7 @@ use aws_sdk_kinesis::config::http::HttpResponse;
 use crate::aws::{AwsError, Service};
 use crate::backoff::Backoff;
 use crate::hedge::{Asked, Hedge};
+use crate::metrics::Reads;
 
 mod response;
 pub(crate) use response::user_records;
@@ -131,17 +132,6 @@ pub struct Fetched {
     pub shard_end: Option<BTreeSet<String>>,
     /// The GetRecords calls made for this batch (none with enhanced fan-out).
     pub reads: Reads,
-}
-
-/// The GetRecords calls behind one batch.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Reads {
-    /// Calls made.
-    pub calls: u64,
-    /// How many of them were throttled.
-    pub throttles: u64,
-    /// How many found their iterator expired (KCL's `ExpiredIterator`).
-    pub expired: u64,
 }
 
 /// Reads one shard, in order, from a starting position.

@@ -17,11 +17,11 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 mod cloudwatch;
-mod emf;
+pub mod emf;
 pub mod kcl;
 pub mod publish;
 mod shard;
-mod snapshot;
+pub mod snapshot;
 
 pub use shard::ShardMetrics;
 
@@ -69,6 +69,17 @@ struct TargetLabels {
 }
 
 type Histograms = Family<ShardLabels, Histogram, fn() -> Histogram>;
+
+/// The GetRecords calls behind one batch, as a shard's reader counts them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reads {
+    /// Calls made.
+    pub calls: u64,
+    /// How many of them were throttled.
+    pub throttles: u64,
+    /// How many found their iterator expired (KCL's `ExpiredIterator`).
+    pub expired: u64,
+}
 
 /// Every metric of one worker.
 pub struct Metrics {

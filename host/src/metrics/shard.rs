@@ -3,8 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ErrorLabels, Metrics, PolicyLabels, ShardLabels, VersionLabels, POLICY_ACTIONS};
-use crate::fetch::Reads;
+use super::{ErrorLabels, Metrics, PolicyLabels, Reads, ShardLabels, VersionLabels, POLICY_ACTIONS};
 use crate::runtime::CallError;
 
 /// One shard's series.

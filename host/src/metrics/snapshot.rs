@@ -20,9 +20,15 @@ pub enum Kind {
 pub enum Value {
     /// A counter's or gauge's value.
     Number(f64),
-    /// A histogram: its observations' sum and count, and the cumulative
-    /// count at each bucket's upper bound.
-    Histogram { sum: f64, count: f64, buckets: Vec<(f64, f64)> },
+    /// A histogram.
+    Histogram {
+        /// The observations' sum.
+        sum: f64,
+        /// How many there were.
+        count: f64,
+        /// Each bucket's upper bound, and how many were at or below it.
+        buckets: Vec<(f64, f64)>,
+    },
 }
 
 /// Series, keyed by family (without the `kcl_host_` prefix) and labels.
