@@ -26,7 +26,7 @@ const MAX_RECORD_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Every setting, each optional: one layer (flags, or the file). Each
 /// field is the flag of the same name (`worker_id` is `--worker-id`);
-/// `--help` and the README say what each one does.
+/// `--help` and docs/REFERENCE.md say what each one does.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)] // each field is documented as its flag
