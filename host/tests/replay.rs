@@ -36,6 +36,31 @@ fn every_example_replays_the_sample() {
 }
 
 #[test]
+fn a_get_records_page_and_a_lambda_event_replay_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("page.json");
+    // As `aws kinesis get-records` prints it (AWS CLI v2).
+    std::fs::write(&page, r#"{
+    "Records": [
+        {"SequenceNumber": "49590338271490256608559692538361571095921575989136588898", "ApproximateArrivalTimestamp": "2026-12-06T10:00:00.000000+00:00", "Data": "b25l", "PartitionKey": "a"},
+        {"SequenceNumber": "49590338271490256608559692538361571095921575989136588899", "ApproximateArrivalTimestamp": "2026-12-06T10:00:01.000000+00:00", "Data": "dHdv", "PartitionKey": "b"}
+    ],
+    "NextShardIterator": "AAAAAAAA",
+    "MillisBehindLatest": 0
+}"#).unwrap();
+    let (code, stdout, stderr) = replay_file("counter", page.to_str().unwrap(), &[]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("replayed 2 records in 1 batches"), "{stdout}");
+    assert!(stderr.contains("record 49590338271490256608559692538361571095921575989136588899 b two"), "{stderr}");
+
+    let event = dir.path().join("event.json");
+    std::fs::write(&event, r#"{"Records": [{"kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": "1", "sequenceNumber": "49590338271490256608559692538361571095921575989136588898", "data": "dGhyZWU=", "approximateArrivalTimestamp": 1545084650.987}, "eventSource": "aws:kinesis", "eventID": "shardId-000000000006:49590338271490256608559692538361571095921575989136588898"}]}"#).unwrap();
+    let (code, stdout, stderr) = replay_file("counter", event.to_str().unwrap(), &[]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("replayed 1 records in 1 batches") && stderr.contains(" three"), "{stdout}\n{stderr}");
+}
+
+#[test]
 fn a_component_built_for_wit_0_1_still_replays() {
     let (code, stdout, stderr) = replay("legacy-v0.1", &["--batch-size", "2"]);
     assert_eq!(code, 0, "{stdout}\n{stderr}");

@@ -309,7 +309,7 @@ impl RunArgs {
 pub struct ReplayArgs {
     /// The processor component (.wasm, built for wasm32-wasip2).
     pub processor: PathBuf,
-    /// Records file, one JSON object per line; `-` reads standard input.
+    /// Records file: one JSON object per line (`data` or `data_base64`, optional `partition_key`, `sequence_number`, `arrival`), the output of `aws kinesis get-records`, or a Lambda Kinesis event; `-` reads standard input.
     #[arg(long, short)]
     pub input: PathBuf,
     /// Records per process-records call.

@@ -2,18 +2,15 @@
 //! with no Kinesis, DynamoDB or network — the processor author's test loop.
 
 pub mod command;
+mod input;
 mod state;
 
+pub use input::{read_records, InputError};
 pub use state::MemoryState;
 
-use std::io::BufRead;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use aws_smithy_types::date_time::{DateTime, Format};
-use base64::Engine as _;
-use serde::Deserialize;
 
 use crate::clock;
 use crate::failure::deliver::Delivery;
@@ -21,92 +18,8 @@ use crate::failure::policy::Step;
 use crate::failure::retrying::Retrying;
 use crate::failure::{self, Condition, DeadLetters, Delivered, FailurePolicy, FailureSettings, Hooks};
 use crate::output::Outputs;
-use crate::records::{kpl, Batch, Position, Record};
+use crate::records::{Batch, Position};
 use crate::runtime::{CallError, CheckpointFuture, CheckpointSink, KeyedState, Processor, ShardInfo, ShutdownReason, StateChanges};
-
-/// One input line, as the user writes it.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InputLine {
-    data: Option<String>,
-    data_base64: Option<String>,
-    partition_key: Option<String>,
-    sequence_number: Option<String>,
-    arrival: Option<String>,
-}
-
-/// A line of the input that cannot be turned into a record.
-#[derive(Debug, thiserror::Error)]
-pub enum InputError {
-    /// The input could not be read.
-    #[error("cannot read the input: {0}")]
-    Read(#[from] std::io::Error),
-    /// A line is not a record.
-    #[error("input line {line}: {reason}")]
-    #[allow(missing_docs)] // fields named in the message
-    Line { line: usize, reason: String },
-}
-
-/// Reads records, one JSON object per line: `data` (UTF-8) or `data_base64`,
-/// and optional `partition_key`, `sequence_number`, `arrival` (RFC 3339).
-/// Missing fields are generated; blank lines are skipped. A KPL aggregate
-/// becomes its user records, as in `kcl-host run`.
-pub fn read_records(input: impl BufRead) -> Result<Batch, InputError> {
-    let now_ms = clock::unix_ms();
-    let mut records = Batch::default();
-    let mut last: Option<Position> = None;
-    for (index, line) in input.lines().enumerate() {
-        let line_no = index + 1;
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |reason: String| InputError::Line { line: line_no, reason };
-        let input: InputLine = serde_json::from_str(&line).map_err(|e| bad(format!("not a record object: {e}")))?;
-        let data = match (input.data, input.data_base64) {
-            (Some(text), None) => text.into_bytes(),
-            (None, Some(b64)) => base64::engine::general_purpose::STANDARD
-                .decode(b64.trim())
-                .map_err(|e| bad(format!("`data_base64` is not base64: {e}")))?,
-            (Some(_), Some(_)) => return Err(bad("give `data` or `data_base64`, not both".into())),
-            (None, None) => return Err(bad("missing `data` (UTF-8 text) or `data_base64`".into())),
-        };
-        let sequence_number = input.sequence_number.unwrap_or_else(|| generated_sequence_number(line_no));
-        let position = Position::new(&sequence_number, 0).map_err(|e| bad(e.to_string()))?;
-        if let Some(previous) = &last
-            && position <= *previous
-        {
-            return Err(bad(format!(
-                "sequence number {sequence_number} is not after the previous record's {previous}; \
-                 records must be in shard order"
-            )));
-        }
-        last = Some(position);
-        let arrival_timestamp_ms = match input.arrival {
-            Some(text) => DateTime::from_str(&text, Format::DateTime)
-                .ok()
-                .and_then(|t| u64::try_from(t.to_millis().ok()?).ok())
-                .ok_or_else(|| bad(format!("`arrival` {text:?} is not an RFC 3339 time like 2026-01-31T12:00:00Z")))?,
-            None => now_ms,
-        };
-        let partition_key = input.partition_key.unwrap_or_else(|| format!("key-{line_no}"));
-        let record = Record {
-            data: &data,
-            partition_key: &partition_key,
-            sequence_number: &sequence_number,
-            sub_sequence_number: None,
-            arrival_timestamp_ms,
-            explicit_hash_key: None,
-        };
-        kpl::push(&mut records, record, None);
-    }
-    Ok(records)
-}
-
-/// Shaped like a real Kinesis sequence number (56 digits), increasing with the line.
-fn generated_sequence_number(line: usize) -> String {
-    format!("49{line:054}")
-}
 
 /// What a replay did.
 #[derive(Debug, Default)]
@@ -325,47 +238,3 @@ fn behind_latest_ms(batch: &Batch, records_after: usize) -> u64 {
     batch.arrival_timestamps_ms.last().map_or(0, |arrival| now.saturating_sub(*arrival))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_text_base64_and_generated_fields() {
-        let input = concat!(
-            r#"{"data": "hello", "partition_key": "p", "sequence_number": "7", "arrival": "2026-01-31T12:00:00Z"}"#, "\n",
-            "\n",
-            r#"{"data_base64": "AAEC"}"#, "\n",
-        );
-        let records = read_records(input.as_bytes()).unwrap();
-        let records: Vec<_> = records.iter().collect();
-        assert_eq!(records.len(), 2);
-        assert_eq!(records[0].data, b"hello");
-        assert_eq!(records[0].partition_key, "p");
-        assert_eq!(records[0].arrival_timestamp_ms, 1_769_860_800_000);
-        assert_eq!(records[1].data, [0, 1, 2]);
-        assert_eq!(records[1].partition_key, "key-3");
-        assert_eq!(records[1].sequence_number.len(), 56);
-    }
-
-    #[test]
-    fn malformed_lines_are_named_by_number() {
-        let cases = [
-            ("{\"data\": \"a\"}\nnot json\n", 2, "not a record object"),
-            ("{\"partition_key\": \"k\"}\n", 1, "missing `data`"),
-            ("{\"data_base64\": \"***\"}\n", 1, "not base64"),
-            ("{\"data\": \"a\", \"arrival\": \"yesterday\"}\n", 1, "RFC 3339"),
-            ("{\"data\": \"a\", \"sequence_number\": \"abc\"}\n", 1, "not a sequence number"),
-            ("{\"data\": \"a\", \"sequence_number\": \"9\"}\n{\"data\": \"b\", \"sequence_number\": \"8\"}\n", 2, "shard order"),
-            ("{\"data\": \"a\", \"colour\": \"red\"}\n", 1, "unknown field"),
-        ];
-        for (input, line, words) in cases {
-            match read_records(input.as_bytes()) {
-                Err(InputError::Line { line: got, reason }) => {
-                    assert_eq!(got, line, "{input:?}");
-                    assert!(reason.contains(words), "{reason:?} should mention {words:?}");
-                }
-                other => panic!("{input:?}: expected a line error, got {other:?}"),
-            }
-        }
-    }
-}
