@@ -43,21 +43,25 @@ pub enum InitError {
 }
 
 const RECORDS: &str = include_str!("../templates/records.jsonl");
-const RUST: [(&str, &str); 3] = [
+const RUST: [(&str, &str); 4] = [
+    ("expected.jsonl", include_str!("../templates/rust/expected.jsonl")),
     ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
     ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
     ("README.md", include_str!("../templates/rust/README.md")),
 ];
-const GO: [(&str, &str); 3] = [
+const GO: [(&str, &str); 4] = [
+    ("expected.jsonl", include_str!("../templates/go/expected.jsonl")),
     ("go.mod", include_str!("../templates/go/go.mod")),
     ("main.go", include_str!("../templates/go/main.go")),
     ("README.md", include_str!("../templates/go/README.md")),
 ];
-const PYTHON: [(&str, &str); 2] = [
+const PYTHON: [(&str, &str); 3] = [
+    ("expected.jsonl", include_str!("../templates/python/expected.jsonl")),
     ("app.py", include_str!("../templates/python/app.py")),
     ("README.md", include_str!("../templates/python/README.md")),
 ];
-const JS: [(&str, &str); 2] = [
+const JS: [(&str, &str); 3] = [
+    ("expected.jsonl", include_str!("../templates/js/expected.jsonl")),
     ("app.js", include_str!("../templates/js/app.js")),
     ("README.md", include_str!("../templates/js/README.md")),
 ];

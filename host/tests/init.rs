@@ -54,6 +54,9 @@ fn assert_replays(wasm: &Path, project: &Path) {
     assert_eq!(text.lines().filter(|l| l.starts_with("events {\"partition_key\":")).count(), 2, "{text}");
     assert!(text.contains("1 checkpoints"), "{text}");
     assert!(text.contains("3 records, 1 not JSON"), "{text}");
+    // The project's golden test, as its README gives it for CI.
+    let text = kcl_host(&["replay", wasm.to_str().unwrap(), "--input", "records.jsonl", "--expect", "expected.jsonl"], project);
+    assert!(text.contains("expected: all 3 lines match expected.jsonl"), "{text}");
 }
 
 #[test]

@@ -61,6 +61,28 @@ fn a_get_records_page_and_a_lambda_event_replay_as_they_are() {
 }
 
 #[test]
+fn expect_is_a_golden_test_of_sends_checkpoints_and_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, expected) = (dir.path().join("purchases.jsonl"), dir.path().join("expected.jsonl"));
+    let purchases = |bob: u32| format!("{{\"data\": \"{{\\\"user\\\": \\\"alice\\\", \\\"cents\\\": 250}}\", \"partition_key\": \"alice\"}}\n{{\"data\": \"{{\\\"user\\\": \\\"bob\\\", \\\"cents\\\": {bob}}}\", \"partition_key\": \"bob\"}}\n");
+    std::fs::write(&input, purchases(100)).unwrap();
+    let (input, expected_arg) = (input.to_str().unwrap(), expected.to_str().unwrap());
+    let (code, stdout, stderr) = replay_file("user-totals", input, &["--expect", expected_arg, "--update-expected"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let written = std::fs::read_to_string(&expected).unwrap();
+    assert!(written.contains(r#"{"state":"bob","value":"100"}"#) && written.contains(r#"{"checkpoint":"#), "{written}");
+    let (code, stdout, _) = replay_file("user-totals", input, &["--expect", expected_arg]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("lines match"), "{stdout}");
+
+    // Bob spends more: the state differs, and the diff says how.
+    std::fs::write(dir.path().join("purchases.jsonl"), purchases(175)).unwrap();
+    let (code, stdout, stderr) = replay_file("user-totals", input, &["--expect", expected_arg]);
+    assert_ne!(code, 0, "{stdout}");
+    assert!(stderr.contains(r#"-{"state":"bob","value":"100"}"#) && stderr.contains(r#"+{"state":"bob","value":"175"}"#), "{stderr}");
+}
+
+#[test]
 fn a_component_built_for_wit_0_1_still_replays() {
     let (code, stdout, stderr) = replay("legacy-v0.1", &["--batch-size", "2"]);
     assert_eq!(code, 0, "{stdout}\n{stderr}");

@@ -326,6 +326,12 @@ pub struct ReplayArgs {
     /// created when missing. Without it, state starts empty.
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
+    /// A golden test: compare what the processor sent (per target, in order), its checkpoints and its final state with FILE (JSON lines), print the difference and fail if there is one. Nothing is printed for the sends.
+    #[arg(long, value_name = "FILE")]
+    pub expect: Option<PathBuf>,
+    /// With --expect: write FILE from this replay instead of comparing.
+    #[arg(long, requires = "expect")]
+    pub update_expected: bool,
     /// The sandbox's limits and the compile cache.
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -344,6 +350,7 @@ impl ReplayArgs {
             input: self.input,
             batch_size: self.batch_size as usize,
             state_file: self.state,
+            expect: self.expect.map(|file| (file, self.update_expected)),
         })
     }
 }

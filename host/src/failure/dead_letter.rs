@@ -153,7 +153,7 @@ impl DeadLetters {
     /// For `replay`: a file target writes its file, any other prints its
     /// envelopes on stdout.
     pub fn printed(settings: &FailureSettings) -> Arc<Self> {
-        let target = settings.on_failure.as_ref().map(|target| Outputs::printed(&[OutputSpec { name: ON_FAILURE.into(), target: target.clone() }], 0));
+        let target = settings.on_failure.as_ref().map(|target| Outputs::printed(&[OutputSpec { name: ON_FAILURE.into(), target: target.clone() }], 0, None));
         Arc::new(Self::new(target))
     }
 

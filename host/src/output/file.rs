@@ -1,9 +1,11 @@
 //! Standard output and file targets, for local runs and `replay`: JSON
 //! lines (see [`json_lines`]), each prefixed on stdout with the target's
-//! name so several targets can share it.
+//! name so several targets can share it; and the lines `replay --expect`
+//! keeps to compare.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use super::record::{json_lines, OutRecord};
 use super::target::{Retries, Target, WriteFuture};
@@ -19,6 +21,13 @@ pub enum Lines {
     File(PathBuf),
     /// Nowhere: a swap's canary input checks a new version without writing.
     Discard,
+    /// Kept as `(name, line)` for `replay --expect` to compare.
+    Recorded {
+        /// The target's name.
+        name: String,
+        /// Every line sent to any recorded target, in order.
+        into: Arc<Mutex<Vec<(String, String)>>>,
+    },
 }
 
 impl Target for Lines {
@@ -49,6 +58,11 @@ impl Target for Lines {
                     file.write_all(&lines).and_then(|()| sync(&file)).map_err(|e| format!("file:{}: {e}", path.display()))?;
                 }
                 Lines::Discard => {}
+                Lines::Recorded { name, into } => {
+                    let lines = json_lines(records);
+                    let text = String::from_utf8_lossy(&lines);
+                    into.lock().expect("not poisoned").extend(text.lines().map(|line| (name.clone(), line.to_owned())));
+                }
             }
             Ok(())
         })

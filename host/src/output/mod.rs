@@ -62,6 +62,17 @@ impl Declared {
     }
 }
 
+/// Lines `replay --expect` keeps: (target, JSON line), in the order sent.
+pub type Recording = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// `replay`'s target `name`: stdout, or kept in `recording`.
+fn lines(name: &str, recording: &Option<Recording>) -> Box<dyn Target> {
+    match recording {
+        Some(into) => Box::new(file::Lines::Recorded { name: name.to_owned(), into: into.clone() }),
+        None => Box::new(file::Lines::Stdout { name: name.to_owned() }),
+    }
+}
+
 /// A worker's declared outputs and the byte budget their queues share.
 pub struct Outputs {
     targets: BTreeMap<String, Arc<Declared>>,
@@ -70,6 +81,8 @@ pub struct Outputs {
     /// send is refused). Apart from `targets`, so a send to a declared
     /// target takes no lock.
     undeclared: Option<std::sync::Mutex<BTreeMap<String, Arc<Declared>>>>,
+    /// `replay --expect`: every target keeps its lines here instead.
+    recording: Option<Recording>,
     budget: Arc<Semaphore>,
     /// The budget, in [`buffer::UNIT`]s.
     budget_units: usize,
@@ -104,19 +117,20 @@ impl Outputs {
 
     /// For `replay`: no AWS and no network. A file target writes its file;
     /// every other target, and any name the processor sends to that was not
-    /// declared, prints its records on stdout as `NAME {json}`.
-    pub fn printed(specs: &[OutputSpec], buffer_bytes: usize) -> Arc<Self> {
+    /// declared, prints its records on stdout as `NAME {json}`. With
+    /// `recording`, every target keeps its lines there instead.
+    pub fn printed(specs: &[OutputSpec], buffer_bytes: usize, recording: Option<Recording>) -> Arc<Self> {
         let targets = specs
             .iter()
             .map(|spec| {
-                let target: Box<dyn Target> = match &spec.target {
-                    TargetSpec::File(path) => Box::new(file::Lines::File(path.clone())),
-                    _ => Box::new(file::Lines::Stdout { name: spec.name.clone() }),
+                let target = match (&spec.target, &recording) {
+                    (TargetSpec::File(path), None) => Box::new(file::Lines::File(path.clone())),
+                    _ => lines(&spec.name, &recording),
                 };
                 (spec.name.clone(), target)
             })
             .collect();
-        Arc::new(Self { undeclared: Some(Default::default()), ..Self::new(targets, buffer_bytes, None) })
+        Arc::new(Self { undeclared: Some(Default::default()), recording, ..Self::new(targets, buffer_bytes, None) })
     }
 
     /// For a swap's canary input: every declared name is taken, nothing is written.
@@ -134,7 +148,7 @@ impl Outputs {
                 (name, Arc::new(declared))
             })
             .collect();
-        Self { targets, undeclared: None, budget: Arc::new(Semaphore::new(budget_units)), budget_units, queues: Default::default(), metrics }
+        Self { targets, undeclared: None, recording: None, budget: Arc::new(Semaphore::new(budget_units)), budget_units, queues: Default::default(), metrics }
     }
 
     /// A queue for one shard's instance.
@@ -168,7 +182,7 @@ impl Outputs {
         let Some(undeclared) = &self.undeclared else { return Err(unknown(&self.targets, name)) };
         let mut undeclared = undeclared.lock().expect("not poisoned");
         let printed = || {
-            let target = Box::new(file::Lines::Stdout { name: name.to_owned() });
+            let target = lines(name, &self.recording);
             Arc::new(Declared { name: name.to_owned(), target, written: AtomicU64::new(0), metrics: None })
         };
         Ok(undeclared.entry(name.to_owned()).or_insert_with(printed).clone())

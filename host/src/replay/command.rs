@@ -6,9 +6,9 @@ use std::io::BufReader;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{read_records, replay, MemoryState, ReplayPolicy, ReplayReport, ReplaySinks};
+use super::{golden, read_records, replay, MemoryState, ReplayPolicy, ReplayReport, ReplaySinks};
 use crate::failure::{DeadLetters, FailureSettings};
-use crate::output::{OutputSpec, Outputs};
+use crate::output::{OutputSpec, Outputs, Recording};
 use crate::runtime::{Processor, Runtime, RuntimeConfig, ShardInfo};
 
 /// What `kcl-host replay` was asked to do, its settings resolved.
@@ -30,6 +30,8 @@ pub struct ReplayCommand {
     /// Where state is loaded from before and saved to after (`--state`);
     /// without it, state starts empty and is dropped.
     pub state_file: Option<PathBuf>,
+    /// `--expect FILE`, and whether to write it (`--update-expected`).
+    pub expect: Option<(PathBuf, bool)>,
 }
 
 /// Runs `command`, printing the summary; the error says what stopped it.
@@ -43,7 +45,8 @@ pub async fn run(command: ReplayCommand) -> Result<(), String> {
     .map_err(|e| format!("{}: {e}", command.input.display()))?;
 
     let config = RuntimeConfig { max_instances: 2, ..command.runtime };
-    let outputs = Outputs::printed(&command.outputs.0, command.outputs.1);
+    let recording = command.expect.as_ref().map(|_| Recording::default());
+    let outputs = Outputs::printed(&command.outputs.0, command.outputs.1, recording.clone());
     let settings = command.failure;
     let dead_letters = DeadLetters::printed(&settings);
     let runtime = Runtime::new(config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
@@ -64,6 +67,9 @@ pub async fn run(command: ReplayCommand) -> Result<(), String> {
     match replayed {
         Ok(report) => {
             print_summary(&report);
+            let (Some((path, update)), Some(recording)) = (&command.expect, recording) else { return Ok(()) };
+            let sent = recording.lock().expect("not poisoned");
+            println!("{}", golden::check(path, &golden::render(&sent, &report.checkpoints, &state), *update)?);
             Ok(())
         }
         Err(failure) => {

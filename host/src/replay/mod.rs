@@ -2,6 +2,7 @@
 //! with no Kinesis, DynamoDB or network — the processor author's test loop.
 
 pub mod command;
+mod golden;
 mod input;
 mod state;
 

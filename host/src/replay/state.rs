@@ -55,19 +55,18 @@ impl MemoryState {
 
     /// Writes the state to `path`.
     pub fn save(&self, path: &Path) -> Result<(), String> {
-        let values = self.values.lock().expect("not poisoned");
-        let file: BTreeMap<&String, FileValue> = values
-            .iter()
-            .map(|(key, value)| {
-                let value = match std::str::from_utf8(value) {
-                    Ok(text) => FileValue::Text(text.to_owned()),
-                    Err(_) => FileValue::Binary { data_base64: base64::engine::general_purpose::STANDARD.encode(value) },
-                };
-                (key, value)
-            })
-            .collect();
-        let text = serde_json::to_string_pretty(&file).expect("keys and values serialize");
+        let text = serde_json::to_string_pretty(&self.file_values()).expect("keys and values serialize");
         std::fs::write(path, text + "\n").map_err(|e| format!("cannot write the state file `{}`: {e}", path.display()))
+    }
+
+    /// Each key's value as the file holds it.
+    pub(super) fn file_values(&self) -> BTreeMap<String, serde_json::Value> {
+        let values = self.values.lock().expect("not poisoned");
+        let file_value = |value: &[u8]| match std::str::from_utf8(value) {
+            Ok(text) => FileValue::Text(text.to_owned()),
+            Err(_) => FileValue::Binary { data_base64: base64::engine::general_purpose::STANDARD.encode(value) },
+        };
+        values.iter().map(|(key, value)| (key.clone(), serde_json::to_value(file_value(value)).expect("a value serializes"))).collect()
     }
 
     /// Applies a checkpoint's changes.

@@ -85,7 +85,7 @@ async fn load(guest: &str) -> Processor {
 async fn fixture(records: Vec<(u64, &'static str)>, closed: bool) -> Fixture {
     let no_policy = FailureSettings::default();
     let dead_letters = DeadLetters::printed(&no_policy);
-    fixture_with(records, closed, Policy { guest: "faulty", outputs: Outputs::printed(&[], 1 << 20), failure: no_policy, dead_letters }).await
+    fixture_with(records, closed, Policy { guest: "faulty", outputs: Outputs::printed(&[], 1 << 20, None), failure: no_policy, dead_letters }).await
 }
 
 /// The guest a fixture runs, and its outputs and failure policy.
@@ -226,7 +226,7 @@ async fn bisect_finds_a_trapping_record_and_the_shard_moves_past_it_after_its_de
         ..FailureSettings::default()
     };
     let dead_letters = DeadLetters::printed(&failure);
-    let outputs = Outputs::printed(&[OutputSpec { name: "out".into(), target: TargetSpec::File(out.clone()) }], 1 << 20);
+    let outputs = Outputs::printed(&[OutputSpec { name: "out".into(), target: TargetSpec::File(out.clone()) }], 1 << 20, None);
     let records = vec![(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "trap"), (6, "f"), (7, "g"), (8, "h")];
     let f = fixture_with(records, true, Policy { guest: "forward", outputs, failure, dead_letters: dead_letters.clone() }).await;
     assert_eq!(f.shard_loop.run().await, Outcome::ShardEnd { children: BTreeSet::new() });
