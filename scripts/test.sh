@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: builds the guests and the Java KCL 3.x worker, starts the
-# local servers, checks the deploy recipes, runs every test in the workspace
-# against the servers, and stops them again.
+# local servers, checks the deploy recipes, builds the container image (podman),
+# runs every test in the workspace against the servers, and stops them again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -23,6 +23,9 @@ printf '%s\0' examples/build/*.wasm | xargs -0 -P 2 -I{} sh -c \
   '"$KCL_HOST" replay "$1" --input host/templates/records.jsonl --cache-dir "$CACHE" >/dev/null 2>&1 || true' _ {}
 # The deploy recipes: schemas, and arguments kcl-host accepts.
 bash scripts/check-deploy.sh
+# The container image, its file system exported for tests/acceptance/image.rs.
+export KCL_HOST_IMAGE_FS="$target/image-fs"
+bash scripts/image-fs.sh "$KCL_HOST_IMAGE_FS"
 log=$(mktemp)
 status=0
 cargo test --no-run --quiet "$@"

@@ -24,7 +24,7 @@ async fn the_images_kcl_host_processes_the_seeds_reshard_as_its_non_root_user() 
     let entries: Vec<String> = walk(&fs).into_iter().map(|p| p.strip_prefix(&fs).unwrap().display().to_string()).collect();
     assert_eq!(
         entries,
-        ["etc/ssl/certs/ca-certificates.crt", "usr/local/bin/kcl-host", "var/cache/kcl-host/"],
+        ["etc/ssl/certs/ca-certificates.crt", "usr/local/bin/kcl-host", "var/cache/kcl-host"],
         "the binary, CA certificates and the cache volume: no shell, no package manager"
     );
     // The processor goes where a volume would put it.
@@ -43,13 +43,13 @@ async fn the_images_kcl_host_processes_the_seeds_reshard_as_its_non_root_user() 
     std::fs::remove_dir_all(&fs).unwrap();
 }
 
-/// Every file under `dir` and every empty directory (with a trailing `/`), sorted.
+/// Every file and every empty directory under `dir`, sorted.
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     entries.sort();
     if entries.is_empty() {
-        found.push(dir.join(""));
+        found.push(dir.to_owned());
     }
     for path in entries {
         if path.is_dir() {
