@@ -216,7 +216,7 @@ mod tests {
         assert!(matches!(create(&dir.path().join("p"), Lang::Rust, Sdk::Checkout(Path::new("/nonexistent"))), Err(InitError::NoSdk(_))));
         let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let files = create(&dir.path().join("my-proc"), Lang::Rust, Sdk::Checkout(checkout)).unwrap();
-        assert_eq!(files.len(), 4, "a checkout's SDK is used where it is");
+        assert_eq!(files.len(), 5, "a checkout's SDK is used where it is: the project's own files and the sample only");
         let cargo = std::fs::read_to_string(dir.path().join("my-proc/Cargo.toml")).unwrap();
         assert!(cargo.contains(r#"name = "my-proc""#) && cargo.contains(&format!(r#"path = "{}/guest-sdk/rust""#, checkout.display())), "{cargo}");
         let readme = std::fs::read_to_string(dir.path().join("my-proc/README.md")).unwrap();
