@@ -81,6 +81,18 @@ pub struct Reads {
     pub expired: u64,
 }
 
+/// Shards forgotten since the last publish, their series still kept.
+pub struct Forgotten(Vec<ShardMetrics>);
+
+impl Forgotten {
+    /// Removes their series: the publisher has read them.
+    pub fn remove(self) {
+        for shard in self.0 {
+            shard.remove();
+        }
+    }
+}
+
 /// Every metric of one worker.
 pub struct Metrics {
     registry: Registry,
@@ -250,17 +262,16 @@ impl Metrics {
     }
 
     /// From now on a forgotten shard's series stay until
-    /// [`Metrics::drop_forgotten_series`]: a publisher reads them once more.
+    /// [`Forgotten::remove`]: a publisher reads them once more.
     pub fn keep_forgotten_series(&self) {
         self.forgotten.lock().expect("not poisoned").get_or_insert_with(Vec::new);
     }
 
-    /// Removes the series of the shards forgotten since the last call.
-    pub fn drop_forgotten_series(&self) {
-        let forgotten = self.forgotten.lock().expect("not poisoned").as_mut().map(std::mem::take).unwrap_or_default();
-        for shard in forgotten {
-            shard.remove();
-        }
+    /// The shards forgotten since the last call, for the publisher to
+    /// remove once it has read them. Taken before the reading, so a shard
+    /// forgotten during it waits for the next one.
+    pub fn forgotten_series(&self) -> Forgotten {
+        Forgotten(self.forgotten.lock().expect("not poisoned").as_mut().map(std::mem::take).unwrap_or_default())
     }
 
     /// The worker holds `count` leases.
@@ -353,7 +364,7 @@ mod tests {
         held_again.forget();
         let held_again = metrics.shard("orders", "shardId-2");
         assert!(metrics.encode().contains("shardId-1"), "the publisher has not read its last records yet");
-        metrics.drop_forgotten_series();
+        metrics.forgotten_series().remove();
         let text = metrics.encode();
         assert!(!text.contains("shardId-1\""), "{text}");
         held_again.processed(1, 10, Duration::from_millis(2));

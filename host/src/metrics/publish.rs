@@ -105,9 +105,10 @@ async fn publish_every(metrics: Arc<Metrics>, selection: Selection, interval: Du
             _ = ticks.tick() => false,
             _ = &mut stopped => true,
         };
-        let (now, kinds) = snapshot::read(&metrics.encode());
         // Series of shards this worker no longer holds were kept for this reading.
-        metrics.drop_forgotten_series();
+        let forgotten = metrics.forgotten_series();
+        let (now, kinds) = snapshot::read(&metrics.encode());
+        forgotten.remove();
         let data = kcl::data(&before, &now, &kinds, &selection);
         before = now;
         let at = SystemTime::now();
