@@ -46,7 +46,7 @@ fn main() {
             let (before, _) = snapshot::read(&metrics.encode());
             a_minute(&metrics, &shards);
             let (after, kinds) = snapshot::read(&metrics.encode());
-            let selection = Selection { level, dimensions: dimensions.clone(), several_streams: false };
+            let selection = Selection { level, dimensions: dimensions.clone(), stream_ids: Default::default() };
             let shown = if dimensions.len() == 1 { format!("{level:?}, no ShardId") } else { format!("{level:?}") };
             let data = kcl::data(&before, &after, &kinds, &selection);
             // In a steady minute each value is a metric of its own.

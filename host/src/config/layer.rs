@@ -116,7 +116,7 @@ impl Layer {
     }
 
     /// The metrics publishing this layer (over the defaults) describes.
-    pub fn metrics(&self, several_streams: bool) -> Result<PublishSettings, ConfigError> {
+    pub fn metrics(&self) -> Result<PublishSettings, ConfigError> {
         let defaults = PublishSettings::default();
         let invalid = |setting, value: String, reason: &str| ConfigError::Invalid { setting, value, reason: reason.into() };
         let sinks = self
@@ -146,7 +146,7 @@ impl Layer {
         };
         Ok(PublishSettings {
             sinks,
-            selection: Selection { level, dimensions, several_streams },
+            selection: Selection { level, dimensions, ..defaults.selection },
             interval: duration("metrics_buffer_time", self.metrics_buffer_time.as_deref(), defaults.interval)?,
             emf_file: self.metrics_emf_file.clone(),
         })

@@ -165,7 +165,7 @@ impl WorkerConfig {
         let failure = layer.failure()?;
         let initial_position = initial_position(layer.initial_position.as_deref(), layer.initial_timestamp.as_deref())?;
         let (streams, streams_listed) = streams::resolve(&layer, &initial_position)?;
-        let metrics = layer.metrics(streams.len() > 1)?;
+        let metrics = layer.metrics()?;
         let application = layer
             .application
             .ok_or(ConfigError::Missing { setting: "application", flag: "application", env: "APPLICATION" })?;

@@ -196,8 +196,10 @@ pub struct Selection {
     pub level: Level,
     /// `--metrics-dimensions` (`Operation` is always on).
     pub dimensions: Vec<String>,
-    /// The worker reads several streams: per-shard metrics carry `StreamId`.
-    pub several_streams: bool,
+    /// With multi-stream lease keys: each stream's name and its identifier
+    /// as Java KCL serializes it (`account:name:creationEpoch`), which
+    /// per-shard metrics carry as `StreamId`.
+    pub stream_ids: BTreeMap<String, String>,
 }
 
 impl Selection {
@@ -247,21 +249,17 @@ fn default_rule(family: &str, kind: Option<Kind>) -> Rule {
 /// The dimensions of `rule`'s metric for a series with `labels`.
 fn dimensions(rule: &Rule, labels: &Labels, selection: &Selection) -> Dimensions {
     let mut dimensions = vec![("Operation".to_owned(), rule.operation.to_owned())];
-    let mut add = |name: &str, label: &str| {
-        if selection.enabled(name)
-            && let Some(value) = labels.get(label)
-        {
+    let mut add = |name: &str, value: Option<&String>| {
+        if let Some(value) = value.filter(|_| selection.enabled(name)) {
             dimensions.push((name.to_owned(), value.clone()));
         }
     };
     match rule.per {
         Shard => {
-            if selection.several_streams {
-                add("StreamId", "stream");
-            }
-            add("ShardId", "shard");
+            add("StreamId", labels.get("stream").and_then(|stream| selection.stream_ids.get(stream)));
+            add("ShardId", labels.get("shard"));
         }
-        Worker => add("WorkerIdentifier", "worker"),
+        Worker => add("WorkerIdentifier", labels.get("worker")),
         Application => {}
     }
     // An output's target is a dimension of its own: always on, as Operation.
@@ -322,8 +320,9 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    fn all(several_streams: bool) -> Selection {
-        Selection { level: Level::Detailed, dimensions: DIMENSIONS.iter().map(|d| d.to_string()).collect(), several_streams }
+    fn all(stream_ids: &[(&str, &str)]) -> Selection {
+        let stream_ids = stream_ids.iter().map(|(name, id)| (name.to_string(), id.to_string())).collect();
+        Selection { level: Level::Detailed, dimensions: DIMENSIONS.iter().map(|d| d.to_string()).collect(), stream_ids }
     }
 
     fn find<'a>(data: &'a [Datum], name: &str, operation: &str) -> Vec<&'a Datum> {
@@ -340,7 +339,7 @@ mod tests {
         shard.millis_behind_latest(1500);
         metrics.leases_held(1);
         let (now, kinds) = snapshot::read(&metrics.encode());
-        let data = data(&before, &now, &kinds, &all(false));
+        let data = data(&before, &now, &kinds, &all(&[]));
         let dims = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
         let records = find(&data, "RecordsProcessed", "ProcessTask");
         assert_eq!(records.len(), 1, "{data:?}");
@@ -359,10 +358,12 @@ mod tests {
         // The next interval publishes what changed since this one.
         shard.processed(5, 50, Duration::from_millis(1));
         let (later, kinds) = snapshot::read(&metrics.encode());
-        let next = super::data(&now, &later, &kinds, &all(false));
+        let next = super::data(&now, &later, &kinds, &all(&[]));
         assert_eq!(find(&next, "RecordsProcessed", "ProcessTask")[0].stats.sum, 5.0);
         assert_eq!(find(&next, "RecordProcessor.processRecords.Time", "ProcessTask")[0].stats.count, 1.0);
     }
+
+    const MULTI: [(&str, &str); 2] = [("a", "123456789012:a:1700000000"), ("b", "123456789012:b:1700000000")];
 
     #[test]
     fn levels_and_dimensions_filter_and_merge_as_kcls_do() {
@@ -374,19 +375,20 @@ mod tests {
             shard.failure_event("retry");
         }
         let (now, kinds) = snapshot::read(&metrics.encode());
-        let several = data(&Series::new(), &now, &kinds, &all(true));
+        let several = data(&Series::new(), &now, &kinds, &all(&MULTI));
         let records = find(&several, "RecordsProcessed", "ProcessTask");
         assert_eq!(records.len(), 3, "one per stream and shard: {several:?}");
         assert!(records.iter().all(|d| d.dimensions.iter().map(|(k, _)| k.as_str()).eq(["Operation", "StreamId", "ShardId"])));
+        assert!(records.iter().any(|d| d.dimensions[1].1 == "123456789012:b:1700000000"), "Java KCL's StreamId: {records:?}");
         assert_eq!(find(&several, "DeadLetterRecords", "ProcessTask").iter().map(|d| d.stats.sum).sum::<f64>(), 6.0);
 
-        let operation_only = Selection { dimensions: vec![], ..all(true) };
+        let operation_only = Selection { dimensions: vec![], ..all(&MULTI) };
         let merged = data(&Series::new(), &now, &kinds, &operation_only);
         let records = find(&merged, "RecordsProcessed", "ProcessTask");
         assert_eq!(records.len(), 1, "{merged:?}");
         assert_eq!((records[0].stats.sum, records[0].stats.count), (3.0, 3.0));
 
-        let summary = data(&Series::new(), &now, &kinds, &Selection { level: Level::Summary, ..all(true) });
+        let summary = data(&Series::new(), &now, &kinds, &Selection { level: Level::Summary, ..all(&MULTI) });
         assert!(find(&summary, "RetriedCalls", "ProcessTask").is_empty() && !find(&summary, "DeadLetterRecords", "ProcessTask").is_empty());
     }
 
@@ -396,7 +398,7 @@ mod tests {
         kinds.insert("widgets_polished".to_owned(), Kind::Counter);
         let labels: Labels = [("worker".to_owned(), "w1".to_owned())].into();
         let now: Series = [(("widgets_polished".to_owned(), labels), Value::Number(4.0))].into();
-        let data = data(&Series::new(), &now, &kinds, &all(false));
+        let data = data(&Series::new(), &now, &kinds, &all(&[]));
         assert_eq!(data.len(), 1);
         assert_eq!((data[0].name.as_str(), data[0].dimensions[0].1.as_str(), data[0].stats.sum), ("WidgetsPolished", "KclHost", 4.0));
     }

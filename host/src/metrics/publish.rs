@@ -5,6 +5,7 @@
 //! a slow, failing or hung CloudWatch delays the next publish, never a
 //! shard or a checkpoint.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -45,7 +46,7 @@ impl Default for PublishSettings {
     fn default() -> Self {
         PublishSettings {
             sinks: Vec::new(),
-            selection: Selection { level: Level::Detailed, dimensions: kcl::DIMENSIONS.iter().map(|d| d.to_string()).collect(), several_streams: false },
+            selection: Selection { level: Level::Detailed, dimensions: kcl::DIMENSIONS.iter().map(|d| d.to_string()).collect(), stream_ids: BTreeMap::new() },
             interval: Duration::from_secs(60),
             emf_file: None,
         }

@@ -93,7 +93,11 @@ impl Worker {
             tracing::warn!("{warning}");
         }
         let admin = admin::start(config.admin_listen, metrics.clone(), health.clone(), swapper.clone()).await.map_err(WorkerError::Refused)?;
-        let publisher = Publisher::start(metrics.clone(), &config.metrics, &config.application, &clients.cloudwatch).map_err(WorkerError::Refused)?;
+        let mut publishing = config.metrics.clone();
+        if streams.is_multi() {
+            publishing.selection.stream_ids = streams.iter().map(|s| (s.name.clone(), s.identifier.to_string())).collect();
+        }
+        let publisher = Publisher::start(metrics.clone(), &publishing, &config.application, &clients.cloudwatch).map_err(WorkerError::Refused)?;
         let (ended_tx, ended) = mpsc::unbounded_channel();
         let (reports_tx, reports) = mpsc::unbounded_channel();
         let mut processor = swapper.subscribe();
