@@ -39,7 +39,7 @@ fn main() {
         let no_shard_id = vec!["WorkerIdentifier".to_owned()];
         for (level, dimensions) in [(Level::Summary, &all), (Level::Detailed, &all), (Level::Detailed, &no_shard_id)] {
             let metrics = Arc::new(Metrics::new("orders-app", "worker-1"));
-            let shards: Vec<_> = (0..count).map(|i| metrics.shard("orders", &format!("shardId-{i:012}"))).collect();
+            let shards: Vec<_> = (0..count).map(|i| metrics.shard("orders", &format!("shardId-{i:012}").into())).collect();
             // The first minute takes the leases; the steady minute after it is priced.
             (0..count).for_each(|_| metrics.lease_taken(false));
             a_minute(&metrics, &shards);

@@ -10,13 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:?usage: scripts/image-fs.sh DIR}
 # podman from Debian's packages when missing (as root), as the Java tools are.
-if ! command -v podman >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman >/dev/null; } || { echo "image-fs: apt-get could not install podman (see above)" >&2; exit 1; }
-  else
-    echo "image-fs: podman is needed to build the image: install it (Debian: apt-get install podman)" >&2; exit 1
-  fi
-fi
+bash "$root/scripts/debian-packages.sh" image-fs podman podman
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 bash "$root/scripts/release.sh" --arch x86_64 --profile dev --image --out "$out" >&2

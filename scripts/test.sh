@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: builds the guests and the Java KCL 3.x worker, starts the
+# The test command: builds the guests and the Java KCL 3.x worker, installs
+# Chromium (for the dashboard's page test) when missing, starts the
 # local servers, checks the deploy recipes, builds the container image (podman),
 # runs every test in the workspace against the servers, and stops them again.
 set -euo pipefail
@@ -7,6 +8,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/build-guests.sh
 bash scripts/build-java-kcl3.sh
+# Chromium for the dashboard's page test (tests/acceptance/dashboard.rs).
+bash scripts/debian-packages.sh test chromium chromium
 bash scripts/servers.sh start --kcl3
 trap 'bash scripts/servers.sh stop' EXIT
 # shellcheck disable=SC1091

@@ -1,6 +1,7 @@
 package kcl
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -64,18 +65,78 @@ func StateDelete(key string) error {
 	return nil
 }
 
-// StateGetInt returns key's value as an integer (kept as decimal text),
-// 0 when it has none.
-func StateGetInt(key string) (int64, error) {
-	value, ok, err := StateGet(key)
-	if err != nil || !ok {
-		return 0, err
+// StateGetMany returns the values of keys, in order (nil for a key with
+// none): one crossing into the host, and one read for the keys it has not cached.
+func StateGetMany(keys []string) ([][]byte, error) {
+	result := kcl_processor_state.GetMany(keys)
+	if result.IsErr() {
+		return nil, stateError(result.Err())
+	}
+	values := make([][]byte, len(keys))
+	for i, value := range result.Ok() {
+		if value.IsSome() {
+			values[i] = value.Some()
+		}
+	}
+	return values, nil
+}
+
+func parseInt(key string, value []byte) (int64, error) {
+	if value == nil {
+		return 0, nil
 	}
 	n, err := strconv.ParseInt(string(value), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("state: the value of %q is %q, not a decimal integer", key, value)
 	}
 	return n, nil
+}
+
+// StateGetInt returns key's value as an integer (kept as decimal text),
+// 0 when it has none.
+func StateGetInt(key string) (int64, error) {
+	value, _, err := StateGet(key)
+	if err != nil {
+		return 0, err
+	}
+	return parseInt(key, value)
+}
+
+// StateGetManyInt returns the values of keys as integers, in order (0 for
+// a key with none), in one read.
+func StateGetManyInt(keys []string) ([]int64, error) {
+	values, err := StateGetMany(keys)
+	if err != nil {
+		return nil, err
+	}
+	numbers := make([]int64, len(keys))
+	for i, value := range values {
+		if numbers[i], err = parseInt(keys[i], value); err != nil {
+			return nil, err
+		}
+	}
+	return numbers, nil
+}
+
+// StateGetJSON reads key's value as JSON into v; false when it has none (v untouched).
+func StateGetJSON(key string, v any) (bool, error) {
+	value, ok, err := StateGet(key)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := json.Unmarshal(value, v); err != nil {
+		return false, fmt.Errorf("state: the value of %q is not JSON of that shape: %w", key, err)
+	}
+	return true, nil
+}
+
+// StateSetJSON sets key to v as JSON.
+func StateSetJSON(key string, v any) error {
+	value, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("state: %q: %w", key, err)
+	}
+	return StateSet(key, value)
 }
 
 // StateSetInt sets key to the integer value, as decimal text.

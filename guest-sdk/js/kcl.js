@@ -31,6 +31,7 @@
 import * as checkpointer from "kcl:processor/checkpointer@0.4.0";
 import { log as hostLog } from "kcl:processor/log@0.4.0";
 import { send as hostSend } from "kcl:processor/output@0.4.0";
+import * as hostState from "kcl:processor/state@0.4.0";
 import { get as configGet } from "wasi:config/store@0.2.0-rc.1";
 
 const AGGREGATED = 1;
@@ -254,6 +255,79 @@ export function send(target, records) {
     throw e;
   }
 }
+
+/** A state call did nothing. `kind` is "not-this-shard" (the key's MD5 hash
+ * is outside the shard's hash-key range: use the record's partition key),
+ * "too-large" (a key, value or the changes since the last checkpoint:
+ * checkpoint more often) or "unavailable" (try again later); the typed
+ * readers add "not-an-integer" and "not-json" for a value they cannot read. */
+export class StateError extends Error {
+  constructor(kind, message) {
+    super(`state: ${message}`);
+    this.name = "StateError";
+    this.kind = kind;
+  }
+}
+
+function stated(call) {
+  try {
+    return call();
+  } catch (e) {
+    const error = e && e.payload;
+    if (!error) throw e;
+    throw new StateError(error.tag, error.val);
+  }
+}
+
+const quoted = (value) => JSON.stringify(fromUtf8.decode(value.subarray(0, 40)));
+
+function asInt(key, value, fallback) {
+  if (value === undefined) return fallback;
+  const text = fromUtf8.decode(value);
+  if (!/^-?[0-9]+$/.test(text)) throw new StateError("not-an-integer", `the value of ${JSON.stringify(key)} is ${quoted(value)}, not a decimal integer`);
+  return BigInt(text);
+}
+
+function asJson(key, value, fallback) {
+  if (value === undefined) return fallback;
+  try {
+    return JSON.parse(fromUtf8.decode(value));
+  } catch {
+    throw new StateError("not-json", `the value of ${JSON.stringify(key)} is ${quoted(value)}, not JSON`);
+  }
+}
+
+/** Values kept per key across batches, restarts, handoffs, swaps and
+ * reshards, committed in the same write as the next checkpoint: after any
+ * crash the state is exactly the effect of the records up to the last
+ * checkpoint. A key belongs to the shard its records go to: use a record's
+ * partition key. Integers are `BigInt`s kept as decimal text (exact past
+ * 2^53), JSON as UTF-8 text, as the Rust, Go and Python SDKs keep them. */
+export const state = Object.freeze({
+  /** `key`'s value (a Uint8Array), or `undefined` when it has none. */
+  get: (key) => stated(() => hostState.get(key)),
+  /** The values of `keys`, in order: one crossing, one read for the keys not cached. */
+  getMany: (keys) => stated(() => hostState.getMany([...keys])),
+  /** Sets `key` to `value` (a string or a Uint8Array). */
+  set: (key, value) => stated(() => hostState.set(key, typeof value === "string" ? utf8.encode(value) : value)),
+  /** Removes `key`'s value. */
+  delete: (key) => stated(() => hostState.delete(key)),
+  /** `key`'s value as a BigInt, `fallback` (0n) when it has none. */
+  getInt: (key, fallback = 0n) => asInt(key, state.get(key), fallback),
+  /** The values of `keys` as BigInts, in order, in one read. */
+  getManyInt: (keys, fallback = 0n) => state.getMany(keys).map((value, i) => asInt(keys[i], value, fallback)),
+  /** Sets `key` to the integer `value` (a BigInt, or a Number that is a safe integer). */
+  setInt(key, value) {
+    if (typeof value === "number" && !Number.isSafeInteger(value)) throw new RangeError(`state.setInt(${JSON.stringify(key)}): ${value} is not a safe integer; pass a BigInt`);
+    state.set(key, BigInt(value).toString());
+  },
+  /** `key`'s value parsed as JSON, `fallback` when it has none. */
+  getJson: (key, fallback = undefined) => asJson(key, state.get(key), fallback),
+  /** The values of `keys` parsed as JSON, in order, in one read. */
+  getManyJson: (keys, fallback = undefined) => state.getMany(keys).map((value, i) => asJson(keys[i], value, fallback)),
+  /** Sets `key` to `value` as JSON. */
+  setJson: (key, value) => state.set(key, JSON.stringify(value)),
+});
 
 /** The operator's variable `key` (`kcl-host run --var KEY=VALUE`), or `undefined`. */
 export function variable(key) {

@@ -1,5 +1,6 @@
 //! The admin listener (`--admin-listen`, off by default): Prometheus text at
-//! `GET /metrics`, `GET /healthz` for orchestrators, and `POST /swap` (a
+//! `GET /metrics`, `GET /healthz` for orchestrators, the application's
+//! dashboard at `GET /` ([`crate::dashboard`]), and `POST /swap` (a
 //! new processor: its path as the body, or the component itself, known by
 //! its bytes), which only a client on the same host may call.
 //! Give it a loopback address unless something outside the host must scrape it.
@@ -16,6 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::clock;
+use crate::dashboard::Dashboard;
 use crate::lease::coordinator::Liveness;
 use crate::metrics::Metrics;
 use crate::swap::Swapper;
@@ -84,7 +86,6 @@ impl Health {
     }
 }
 
-/// Serves `listener` until the task is aborted.
 /// Starts the admin listener on `address`, when one is set; says where,
 /// and warns when it is reachable from other machines.
 pub async fn start(
@@ -92,6 +93,7 @@ pub async fn start(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     swapper: Arc<Swapper>,
+    dashboard: Option<Arc<Dashboard>>,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
     let Some(address) = address else { return Ok(None) };
     let listener = TcpListener::bind(address)
@@ -100,33 +102,52 @@ pub async fn start(
     if !address.ip().is_loopback() {
         tracing::warn!("the admin listener is on {address}, not a loopback address: anyone who can reach it can read /metrics");
     }
-    tracing::info!("admin listener on http://{address} (GET /metrics, GET /healthz, POST /swap)");
-    Ok(Some(tokio::spawn(tracing::Instrument::in_current_span(serve(listener, metrics, health, swapper)))))
+    tracing::info!("admin listener on http://{address} (GET /metrics, GET /healthz, POST /swap; the dashboard at /)");
+    Ok(Some(tokio::spawn(tracing::Instrument::in_current_span(serve(listener, metrics, health, swapper, dashboard)))))
 }
 
-/// Answers `GET /metrics`, `GET /healthz` and `POST /swap` on `listener` until aborted.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>, swapper: Arc<Swapper>) {
+/// Answers `GET /metrics`, `GET /healthz`, `POST /swap` and (with a
+/// dashboard) the dashboard's page on `listener` until aborted.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>, swapper: Arc<Swapper>, dashboard: Option<Arc<Dashboard>>) {
+    serve_http(listener, move |request, peer| {
+        let (metrics, health, swapper, dashboard) = (metrics.clone(), health.clone(), swapper.clone(), dashboard.clone());
+        async move {
+            if (request.method(), request.uri().path()) == (&Method::POST, "/swap") {
+                return swap(request, peer.ip().is_loopback(), &swapper).await;
+            }
+            if let Some(page) = match &dashboard {
+                Some(dashboard) => dashboard.respond(request.method(), request.uri().path()).await,
+                None => None,
+            } {
+                return page;
+            }
+            respond(&request, &metrics, &health)
+        }
+    })
+    .await
+}
+
+/// Serves HTTP/1 on `listener` until aborted, each request answered by
+/// `answer` (given the peer's address).
+pub(crate) async fn serve_http<A, F>(listener: TcpListener, answer: A)
+where
+    A: Fn(Request<hyper::body::Incoming>, std::net::SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     loop {
         let Ok((stream, peer)) = listener.accept().await else { continue };
-        let (metrics, health, swapper) = (metrics.clone(), health.clone(), swapper.clone());
+        let answer = answer.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-                let (metrics, health, swapper) = (metrics.clone(), health.clone(), swapper.clone());
-                async move {
-                    let response = if (request.method(), request.uri().path()) == (&Method::POST, "/swap") {
-                        swap(request, peer.ip().is_loopback(), &swapper).await
-                    } else {
-                        respond(&request, &metrics, &health)
-                    };
-                    Ok::<_, Infallible>(response)
-                }
+            let service = hyper::service::service_fn(move |request| {
+                let response = answer(request, peer);
+                async move { Ok::<_, Infallible>(response.await) }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
     }
 }
 
-fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+pub(crate) fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
     Response::builder().status(status).header("content-type", content_type).body(Full::new(Bytes::from(body))).expect("a valid response")
 }
 
@@ -205,7 +226,7 @@ fn respond<B>(request: &Request<B>, metrics: &Metrics, health: &Health) -> Respo
             Ok(()) => reply(StatusCode::OK, "text/plain", "ok\n".into()),
             Err(reason) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{reason}\n")),
         },
-        _ => reply(StatusCode::NOT_FOUND, "text/plain", "GET /metrics, GET /healthz or POST /swap\n".into()),
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "GET /, GET /metrics, GET /healthz or POST /swap\n".into()),
     }
 }
 

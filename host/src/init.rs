@@ -68,7 +68,7 @@ const JS: [(&str, &str); 3] = [
 
 /// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 55] = [
+const BUNDLE: [(&str, &str); 56] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -107,6 +107,7 @@ const BUNDLE: [(&str, &str); 55] = [
     ("guest-sdk/python/kcl/__init__.py", include_str!("../../guest-sdk/python/kcl/__init__.py")),
     ("guest-sdk/python/README.md", include_str!("../../guest-sdk/python/README.md")),
     ("guest-sdk/python/kcl/http.py", include_str!("../../guest-sdk/python/kcl/http.py")),
+    ("guest-sdk/python/kcl/state.py", include_str!("../../guest-sdk/python/kcl/state.py")),
     ("guest-sdk/python/wit/world.wit", include_str!("../../guest-sdk/python/wit/world.wit")),
     ("guest-sdk/python/wit/deps/http/http.wit", include_str!("../../guest-sdk/python/wit/deps/http/http.wit")),
     ("guest-sdk/python/wit/deps/io/io.wit", include_str!("../../guest-sdk/python/wit/deps/io/io.wit")),

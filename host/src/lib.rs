@@ -14,6 +14,7 @@ pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod dashboard;
 pub mod failure;
 pub mod fanout;
 pub mod fetch;

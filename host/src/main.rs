@@ -27,6 +27,7 @@ fn main() -> ExitCode {
             Command::Replay(args) => kcl_host::replay::command::run(args.command().map_err(|e| e.to_string())?).await,
             Command::Run(args) => kcl_host::worker::command::run(*args).await,
             Command::Status(args) => kcl_host::status::command(args).await,
+            Command::Dashboard(args) => kcl_host::dashboard::command(args).await,
             Command::Deploy(args) => kcl_host::swap::fleet::command(&args.aws.settings(), &args.application, args.processor.as_deref()).await,
             Command::State(args) => kcl_host::state::command::command(&args.aws.settings(), &args.application, args.action.into()).await,
             Command::IamPolicy(args) => kcl_host::iam::command(&args),

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SUBCOMMANDS: [&str; 7] = ["run", "replay", "status", "deploy", "state", "iam-policy", "init"];
+const SUBCOMMANDS: [&str; 8] = ["run", "replay", "status", "dashboard", "deploy", "state", "iam-policy", "init"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

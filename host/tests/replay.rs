@@ -109,23 +109,30 @@ fn a_component_built_for_wit_0_3_still_replays_and_sends_outputs() {
 
 /// State in a replay: committed with each checkpoint, saved to the file,
 /// and read back by the next replay (so the totals double, exactly).
+/// The Rust user-totals and its Python and JavaScript ports (their SDKs'
+/// `state`): the same totals in the same file, each run reading what the
+/// last one left, whichever language wrote it — past 2^53 too.
 #[test]
-fn replay_keeps_state_in_a_file_that_the_next_replay_reads() {
+fn replay_keeps_state_in_a_file_that_the_next_replay_reads_in_every_sdk() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("purchases.jsonl");
-    let lines = [("ana", 1250), ("ben", 300), ("ana", 5), ("cy", 1)];
+    let lines = [("ana", 1250), ("ben", 300), ("ana", 5), ("cy", 1), ("dan", 2)];
     let text: Vec<String> = lines.iter().map(|(user, cents)| serde_json::json!({ "data": format!("{{\"cents\": {cents}}}"), "partition_key": user }).to_string()).collect();
     std::fs::write(&input, text.join("\n") + "\n{\"data\": \"not a purchase\", \"partition_key\": \"ana\"}\n").unwrap();
     let state = dir.path().join("state.json");
+    // Dan starts past 2^53, where a JavaScript Number is no longer exact.
+    let big: i64 = (1 << 53) + 1;
+    std::fs::write(&state, serde_json::json!({ "dan": big.to_string() }).to_string()).unwrap();
     let args = ["--batch-size", "2", "--state", state.to_str().unwrap()];
-    for round in 1..=2 {
-        let (code, stdout, stderr) = replay_file("user-totals", input.to_str().unwrap(), &args);
-        assert_eq!(code, 0, "{stdout}\n{stderr}");
-        assert!(stdout.contains("checkpoint ") && stdout.contains("(state: 2 keys changed)"), "{stdout}");
-        assert!(stdout.contains("state: 3 keys saved to"), "{stdout}");
+    for (round, guest_name) in ["user-totals", "py-user-totals", "js-user-totals"].into_iter().enumerate() {
+        let round = round as i64 + 1;
+        let (code, stdout, stderr) = replay_file(guest_name, input.to_str().unwrap(), &args);
+        assert_eq!(code, 0, "{guest_name}: {stdout}\n{stderr}");
+        assert!(stdout.contains("checkpoint ") && stdout.contains("(state: 2 keys changed)"), "{guest_name}: {stdout}");
+        assert!(stdout.contains("state: 4 keys saved to"), "{guest_name}: {stdout}");
         let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
-        let expected = serde_json::json!({ "ana": (1255 * round).to_string(), "ben": (300 * round).to_string(), "cy": round.to_string() });
-        assert_eq!(saved, expected, "round {round}");
+        let expected = serde_json::json!({ "ana": (1255 * round).to_string(), "ben": (300 * round).to_string(), "cy": round.to_string(), "dan": (big + 2 * round).to_string() });
+        assert_eq!(saved, expected, "after {guest_name}");
     }
 }
 

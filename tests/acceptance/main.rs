@@ -14,6 +14,7 @@ use kcl_testkit::process::{Delivered, KclHost};
 use kcl_testkit::{clients, leases, test_cache_dir, unique, write_leases, TestStream};
 
 mod failures;
+mod dashboard;
 mod faults;
 mod fleet;
 mod handover;

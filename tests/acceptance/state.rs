@@ -448,3 +448,39 @@ async fn state_left_uncheckpointed_when_a_shard_ends_is_committed_with_shard_end
     let committed_at_end = count_lines(&log, "with SHARD_END") + count_lines(&first_log, "with SHARD_END");
     assert!(committed_at_end >= 1, "the log says what SHARD_END committed");
 }
+
+/// The Python and JavaScript ports of `user-totals` (their SDKs'
+/// `kcl.state`): exact totals through a kill -9 and a handoff, as the Rust one.
+async fn totals_of_another_sdk_stay_exact_through_a_kill_and_a_handoff(guest_name: &str) {
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique(guest_name), 4).await;
+    let application = unique(&format!("{guest_name}-app"));
+    let mut first = worker_of(guest_name, &stream.name, &application, "worker-1", &[]);
+    let mut second = worker_of(guest_name, &stream.name, &application, "worker-2", &[]);
+    let purchases = Purchases::start(&stream, 24, 8);
+    for worker in [&mut first, &mut second] {
+        worker.wait_for("its totals committed", LIMIT, |log| count_lines(log, "committed ") >= 3).await;
+    }
+    first.kill().await;
+    let third = worker_of(guest_name, &stream.name, &application, "worker-3", &[]);
+    let (exit, _) = second.interrupt().await;
+    assert!(exit.success(), "the second worker stops cleanly on SIGTERM");
+    let fourth = worker_of(guest_name, &stream.name, &application, "worker-4", &[]);
+    let expected = purchases.stop().await.sums;
+    let items = totals_become(&aws, &application, &stream.name, &expected).await;
+    owned_by_their_shards(&stream, &items).await;
+    for worker in [third, fourth] {
+        let (exit, log) = worker.interrupt().await;
+        assert!(exit.success(), "{}", log.join("\n"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_user_totals_stay_exact_through_a_kill_and_a_handoff() {
+    totals_of_another_sdk_stay_exact_through_a_kill_and_a_handoff("py-user-totals").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_user_totals_stay_exact_through_a_kill_and_a_handoff() {
+    totals_of_another_sdk_stay_exact_through_a_kill_and_a_handoff("js-user-totals").await;
+}

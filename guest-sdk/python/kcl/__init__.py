@@ -26,6 +26,10 @@ is in the log) unless it is ``Retryable`` (the host delivers the same batch
 again) or ``FailedAt`` (the records before the failed one are done; the
 batch comes again from it). ``print`` and the ``logging`` module both reach
 the host's log, tagged with the shard.
+
+State: ``kcl.state.get_int(key)``, ``set_int``, ``get_json``/``set_json``,
+``get_many_int`` (one read for many keys) and the raw ``get``/``set``/``delete``
+keep values per key, committed in the same write as the checkpoint.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from wit_world.imports import log as _log
 from wit_world.imports import output as _output
 from wit_world.imports import store as _store
 from wit_world.imports import kcl_processor_types as _types
+
+from . import state  # kcl.state: values per key, committed with the checkpoint
 
 __all__ = [
     "Batch", "CheckpointError", "Checkpointer", "FailedAt", "Record", "RecordProcessor", "Retryable", "SendError",

@@ -112,3 +112,18 @@ fn parse_i64(key: &str, bytes: Vec<u8>) -> Result<i64, StateError> {
 pub fn set_i64(key: &str, value: i64) -> Result<(), StateError> {
     set(key, value.to_string().as_bytes())
 }
+
+/// `key`'s value parsed as JSON (feature `json`).
+#[cfg(feature = "json")]
+pub fn get_json<T: serde::de::DeserializeOwned>(key: &str) -> Result<Option<T>, StateError> {
+    get(key)?
+        .map(|bytes| serde_json::from_slice(&bytes).map_err(|e| StateError::Malformed(format!("the value of `{key}` is not JSON of that shape: {e}"))))
+        .transpose()
+}
+
+/// Sets `key` to `value` as JSON (feature `json`).
+#[cfg(feature = "json")]
+pub fn set_json<T: serde::Serialize + ?Sized>(key: &str, value: &T) -> Result<(), StateError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| StateError::Malformed(format!("`{key}`: {e}")))?;
+    set(key, &bytes)
+}

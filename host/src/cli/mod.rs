@@ -9,7 +9,7 @@ use crate::config::Layer;
 
 mod operator;
 mod runtime;
-pub use operator::{AccountArgs, StateAction, StateArgs, StatusArgs};
+pub use operator::{AccountArgs, DashboardArgs, StateAction, StateArgs, StatusArgs};
 pub use runtime::RuntimeArgs;
 
 /// Consume Amazon Kinesis like the KCL does, with each shard's processor a
@@ -64,6 +64,15 @@ pub enum Command {
         kcl-host status --application orders-totals --watch 2s\n  \
         kcl-host status --application orders-totals --lag --stream orders --json")]
     Status(StatusArgs),
+    /// Serve a live web page of an application's shards, lineage, workers,
+    /// rollout and failures: what `status --json` says, read again every 2 s.
+    #[command(after_help = "Examples:\n  \
+        kcl-host dashboard --application orders-totals\n  \
+        kcl-host dashboard --application orders-totals --listen 0.0.0.0:8080 --state\n\n\
+        Open http://127.0.0.1:8080/ in a browser. The page reads the tables through this process\n\
+        (GET /status.json, the report `status --json` prints) and changes nothing. A worker run\n\
+        with --admin-listen serves the same page at its /.")]
+    Dashboard(DashboardArgs),
     /// Deploy a processor to every worker of an application (through its
     /// control table), or roll back to the one before.
     #[command(after_help = "Examples:\n  \

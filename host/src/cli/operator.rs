@@ -1,5 +1,5 @@
-//! The flags of the commands an operator reads tables with: `status` and
-//! `state`, and the account they read.
+//! The flags of the commands an operator reads tables with: `status`,
+//! `dashboard` and `state`, and the account they read.
 
 use clap::{Args, Subcommand};
 
@@ -24,6 +24,26 @@ pub struct StatusArgs {
     /// The stream of a single-stream table, for --lag (a multi-stream table's keys name theirs).
     #[arg(long, env = "KCL_HOST_STREAM")]
     pub stream: Option<String>,
+    /// A heartbeat older than this counts as stopped (the workers' --failover-time) [default: 10s].
+    #[arg(long, env = "KCL_HOST_FAILOVER_TIME", allow_hyphen_values = true)]
+    pub failover_time: Option<String>,
+    /// Where and as whom to call AWS.
+    #[command(flatten)]
+    pub aws: AccountArgs,
+}
+
+/// `kcl-host dashboard`.
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    /// Application name (the lease table).
+    #[arg(long, env = "KCL_HOST_APPLICATION")]
+    pub application: String,
+    /// Where to serve the page: a loopback address unless others must see it.
+    #[arg(long, env = "KCL_HOST_DASHBOARD_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Also show each shard's processor state: keys and bytes (scans the whole state table at each refresh).
+    #[arg(long)]
+    pub state: bool,
     /// A heartbeat older than this counts as stopped (the workers' --failover-time) [default: 10s].
     #[arg(long, env = "KCL_HOST_FAILOVER_TIME", allow_hyphen_values = true)]
     pub failover_time: Option<String>,

@@ -1,6 +1,7 @@
-//! Per-shard states a worker reports in its heartbeat row for `status`: one
-//! JSON attribute of the row, keyed by shard (its shards retrying, its
-//! parallel shards' calls in flight). The lease rules never read them.
+//! Per-shard states a worker reports in the control table for `status`: one
+//! JSON attribute of a row, keyed by shard (in its heartbeat row: its shards
+//! retrying, its parallel shards' calls in flight; in its progress row:
+//! [`crate::metrics::progress`]). The lease rules never read them.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -35,6 +36,14 @@ impl<T: Clone + Serialize + DeserializeOwned> ShardBoard<T> {
             Some(state) => shards.insert(shard.to_owned(), state),
             None => shards.remove(shard),
         };
+    }
+
+    /// Changes `shard`'s state with `change`, from the default when it has none.
+    pub fn update(&self, shard: &str, change: impl FnOnce(&mut T))
+    where
+        T: Default,
+    {
+        change(self.shards.lock().expect("not poisoned").entry(shard.to_owned()).or_default());
     }
 
     /// Every shard's state now.

@@ -125,6 +125,11 @@ impl HeartbeatTable {
         Self { table: control_table(client, application) }
     }
 
+    /// The control table itself, for the rows other rooms keep in it.
+    pub fn keyed(&self) -> &KeyedTable {
+        &self.table
+    }
+
     /// Creates the control table if it is missing.
     pub async fn ensure(&self) -> Result<(), LeaseError> {
         self.table.ensure().await

@@ -16,9 +16,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::lease::LeaseKey;
+
 mod cloudwatch;
 pub mod emf;
 pub mod kcl;
+pub mod progress;
 pub mod publish;
 mod shard;
 pub mod snapshot;
@@ -133,6 +136,8 @@ pub struct Metrics {
     state_writes: Family<ShardLabels, Counter>,
     state_commit_seconds: Histograms,
     state_commit_items: Histograms,
+    /// Each shard's progress, for the worker's progress row.
+    progress: Arc<progress::ProgressBoard>,
     /// Shards forgotten since the last publish, whose series it still reads;
     /// `None` when nothing publishes (they go at once).
     forgotten: std::sync::Mutex<Option<Vec<ShardMetrics>>>,
@@ -191,6 +196,7 @@ impl Metrics {
             state_commit_items: Family::new_with_constructor(items_histogram),
             output_write_seconds: Family::new_with_constructor(call_histogram),
             output_buffer: Gauge::default(),
+            progress: Arc::default(),
             forgotten: std::sync::Mutex::new(None),
             registry: Registry::default(),
         };
@@ -251,14 +257,14 @@ impl Metrics {
         text
     }
 
-    /// The series of one shard of `stream`.
-    pub fn shard(self: &Arc<Self>, stream: &str, shard: &str) -> ShardMetrics {
-        let labels = ShardLabels { stream: stream.to_owned(), shard: shard.to_owned() };
+    /// The series of the shard of `stream` leased as `key`.
+    pub fn shard(self: &Arc<Self>, stream: &str, key: &LeaseKey) -> ShardMetrics {
+        let labels = ShardLabels { stream: stream.to_owned(), shard: key.shard_id().to_owned() };
         // Held again before the publish dropped it: its series stay.
         if let Some(forgotten) = self.forgotten.lock().expect("not poisoned").as_mut() {
             forgotten.retain(|shard| shard.labels != labels);
         }
-        ShardMetrics { metrics: self.clone(), labels, version: Default::default() }
+        ShardMetrics { metrics: self.clone(), labels, lease: key.to_string(), version: Default::default() }
     }
 
     /// From now on a forgotten shard's series stay until
@@ -272,6 +278,11 @@ impl Metrics {
     /// forgotten during it waits for the next one.
     pub fn forgotten_series(&self) -> Forgotten {
         Forgotten(self.forgotten.lock().expect("not poisoned").as_mut().map(std::mem::take).unwrap_or_default())
+    }
+
+    /// Each shard's progress, as the worker's progress row reports it.
+    pub fn progress(&self) -> Arc<progress::ProgressBoard> {
+        self.progress.clone()
     }
 
     /// The worker holds `count` leases.
@@ -334,7 +345,7 @@ mod tests {
     #[test]
     fn a_shard_series_goes_away_when_forgotten() {
         let metrics = Arc::new(Metrics::new("orders-app", "w1"));
-        let shard = metrics.shard("orders", "shardId-000000000001");
+        let shard = metrics.shard("orders", &"shardId-000000000001".into());
         shard.processed(3, 30, Duration::from_millis(2));
         shard.version("abc123", None, "0.2.0");
         metrics.leases_held(1);
@@ -357,12 +368,12 @@ mod tests {
     fn with_a_publisher_a_forgotten_shard_is_read_once_more() {
         let metrics = Arc::new(Metrics::new("orders-app", "w1"));
         metrics.keep_forgotten_series();
-        let (ended, held_again) = (metrics.shard("orders", "shardId-1"), metrics.shard("orders", "shardId-2"));
+        let (ended, held_again) = (metrics.shard("orders", &"shardId-1".into()), metrics.shard("orders", &"shardId-2".into()));
         ended.processed(3, 30, Duration::from_millis(2));
         held_again.processed(4, 40, Duration::from_millis(2));
         ended.forget();
         held_again.forget();
-        let held_again = metrics.shard("orders", "shardId-2");
+        let held_again = metrics.shard("orders", &"shardId-2".into());
         assert!(metrics.encode().contains("shardId-1"), "the publisher has not read its last records yet");
         metrics.forgotten_series().remove();
         let text = metrics.encode();

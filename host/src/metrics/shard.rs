@@ -11,6 +11,8 @@ use crate::runtime::CallError;
 pub struct ShardMetrics {
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: ShardLabels,
+    /// The shard's lease key, for its progress.
+    pub(super) lease: String,
     /// The version series set last: a swap replaces it.
     pub(super) version: Arc<std::sync::Mutex<Option<VersionLabels>>>,
 }
@@ -23,11 +25,13 @@ impl ShardMetrics {
         m.bytes.get_or_create(&self.labels).inc_by(bytes as u64);
         m.batches.get_or_create(&self.labels).inc();
         m.call_seconds.get_or_create(&self.labels).observe(took.as_secs_f64());
+        m.progress.update(&self.lease, |p| p.records += records as u64);
     }
 
     /// How far the last batch was behind the tip.
     pub fn millis_behind_latest(&self, millis: u64) {
         self.metrics.millis_behind.get_or_create(&self.labels).set(millis as i64);
+        self.metrics.progress.update(&self.lease, |p| p.millis_behind = Some(millis));
     }
 
     /// A processor call failed with `error`.
@@ -64,6 +68,11 @@ impl ShardMetrics {
     /// The failure policy did `action` to `n` records.
     pub fn failure_events(&self, action: &'static str, n: usize) {
         self.metrics.policy.get_or_create(&PolicyLabels { stream: self.labels.stream.clone(), shard: self.labels.shard.clone(), action }).inc_by(n as u64);
+        match action {
+            "dead-letter" => self.metrics.progress.update(&self.lease, |p| p.dead_lettered += n as u64),
+            "skipped" => self.metrics.progress.update(&self.lease, |p| p.skipped += n as u64),
+            _ => {}
+        }
     }
 
     /// Failed calls on the records the shard retries now.
@@ -95,6 +104,7 @@ impl ShardMetrics {
             contract,
         };
         self.metrics.version.get_or_create(&labels).set(1);
+        self.metrics.progress.running(&self.lease, processor);
         if let Some(previous) = self.version.lock().expect("not poisoned").replace(labels.clone())
             && previous != labels
         {
@@ -131,6 +141,7 @@ impl ShardMetrics {
     /// The shard's lease is gone from this worker: its series go, now or,
     /// when metrics are published, after the next publish.
     pub fn forget(&self) {
+        self.metrics.progress.forget(&self.lease);
         match self.metrics.forgotten.lock().expect("not poisoned").as_mut() {
             Some(forgotten) => forgotten.push(self.clone()),
             None => self.remove(),

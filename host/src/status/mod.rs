@@ -15,6 +15,7 @@ use crate::config::duration;
 use crate::clock;
 use crate::fetch::StartingPosition;
 use crate::lease::heartbeat::HeartbeatTable;
+use crate::metrics::progress::{self, Progress};
 use crate::swap::deploy::{Deployed, Version};
 use crate::failure::retrying::Retrying;
 use crate::worker::in_flight::InFlight;
@@ -87,6 +88,10 @@ pub struct ShardRow {
     /// What its owner's heartbeat says of the records it retries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retrying: Option<Retrying>,
+    /// Its progress on its owner, as the owner's progress row says (a few
+    /// seconds old; kcl-host owners only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
     /// With `--parallelism`: its instances' calls, as its owner's heartbeat says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<InFlight>,
@@ -165,6 +170,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
         Err(e) => return Err(e),
     };
     let deployed = Deployed::in_read(&control);
+    let progress = progress::reported(&control);
     let heartbeats = control.heartbeats;
     let running: HashMap<&str, Version> = heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), Version::running(h)?))).collect();
     let now = clock::unix_ms();
@@ -199,6 +205,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
             let reported = lease.owner.as_deref().map(|owner| (owner, lease.key.to_string()));
             let retrying = reported.as_ref().and_then(|key| retrying.get(key)).cloned();
             let in_flight = reported.as_ref().and_then(|key| in_flight.get(key)).cloned();
+            let progress = reported.as_ref().and_then(|(owner, key)| progress.get(&((*owner).to_owned(), key.clone()))).cloned();
             let state = if state == State::Processing && retrying.is_some() { State::Retrying } else { state };
             ShardRow {
                 shard: lease.key.to_string(),
@@ -211,6 +218,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
                 parents: lease.parents.iter().cloned().collect(),
                 lag_ms: None,
                 retrying,
+                progress,
                 in_flight,
                 state_size: None,
             }
@@ -328,6 +336,7 @@ mod tests {
                 counter: 123_456_789,
                 parents: vec![],
                 lag_ms: Some(1_234_567),
+                progress: None,
                 retrying: (i == 7).then(|| Retrying { since_ms: clock::unix_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
                 in_flight: (i < 2).then(|| InFlight { instances: 8, calls: 8 - i as usize, lag_records: 120 }),
                 state_size: Some(StateSize { keys: i * 1_000, bytes: i * 1_500_000, log_items: if i == 3 { 2 } else { 0 } }),

@@ -51,7 +51,7 @@ use crate::lease::dynamo::DynamoStore;
 use crate::lease::heartbeat::{HeartbeatTable, LeaseNews};
 use crate::lease::watch::{self, FleetWatch};
 use crate::lease::{LeaseError, LeaseKey};
-use crate::metrics::Metrics;
+use crate::metrics::{progress, Metrics};
 use crate::runtime::Processor;
 use crate::swap::deploy::Deployed;
 use crate::swap::fleet::Follower;
@@ -151,8 +151,8 @@ struct Worker {
     ended: mpsc::UnboundedReceiver<(Held, Outcome)>,
     reports: mpsc::UnboundedReceiver<CallReport>,
     processor: tokio::sync::watch::Receiver<Processor>,
-    /// The heartbeat and the renewals.
-    upkeep: [JoinHandle<()>; 2],
+    /// The heartbeat, the renewals and the progress row.
+    upkeep: [JoinHandle<()>; 3],
     /// The admin listener, when there is one.
     admin: Option<JoinHandle<()>>,
     /// Publishing to CloudWatch or EMF, when asked for.
@@ -259,6 +259,8 @@ impl Worker {
         for (worker, heartbeat) in self.fleet.forgettable(read_at) {
             if let Err(e) = self.control.forget(&worker, heartbeat).await {
                 tracing::warn!(worker = %worker, "could not delete a dead worker's heartbeat row: {e}");
+            } else if let Err(e) = progress::forget(self.control.keyed(), &worker).await {
+                tracing::warn!(worker = %worker, "could not delete a dead worker's progress row: {e}");
             }
         }
         change.is_change()
@@ -366,6 +368,8 @@ impl Worker {
         // The others notice at their next heartbeat read and take the leases.
         if let Err(e) = self.control.leave(&self.me, &self.process).await {
             tracing::warn!("could not delete this worker's heartbeat row (the others see it die instead): {e}");
+        } else if let Err(e) = progress::forget(self.control.keyed(), &self.me).await {
+            tracing::warn!("could not delete this worker's progress row: {e}");
         }
         self.summary.elapsed = self.started.elapsed();
         self.summary.versions = self.shards.rollout.history().to_vec();

@@ -153,7 +153,7 @@ impl ShardLoops {
     fn spawn(&mut self, held: Held) {
         let (stop, stop_rx) = watch::channel(false);
         let stream = self.template.streams.of(held.key()).expect("the coordinator takes only leases of this worker's streams");
-        let metrics = self.template.metrics.shard(&stream.name, held.key().shard_id());
+        let metrics = self.template.metrics.shard(&stream.name, held.key());
         let (processor, processor_rx) = watch::channel(self.rollout.current().clone());
         let delivered = Arc::new(AtomicU64::new(0));
         let shard_loop = ShardLoop {

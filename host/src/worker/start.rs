@@ -27,7 +27,8 @@ use crate::lease::heartbeat::{HeartbeatTable, LeaseNews};
 use crate::lease::watch::{self, FleetWatch};
 use crate::lease::LeaseStore;
 use crate::metrics::publish::Publisher;
-use crate::metrics::Metrics;
+use crate::dashboard::Dashboard;
+use crate::metrics::{progress, Metrics};
 use crate::output::Outputs;
 use crate::state::StateTable;
 use crate::stream::Streams;
@@ -92,7 +93,8 @@ impl Worker {
         if let Some(warning) = config.failure.drop_warning() {
             tracing::warn!("{warning}");
         }
-        let admin = admin::start(config.admin_listen, metrics.clone(), health.clone(), swapper.clone()).await.map_err(WorkerError::Refused)?;
+        let dashboard = Arc::new(Dashboard::new(clients.clone(), &config.application, failover, false));
+        let admin = admin::start(config.admin_listen, metrics.clone(), health.clone(), swapper.clone(), Some(dashboard)).await.map_err(WorkerError::Refused)?;
         let mut publishing = config.metrics.clone();
         if streams.is_multi() {
             publishing.selection.stream_ids = streams.iter().map(|s| (s.name.clone(), s.identifier.to_string())).collect();
@@ -135,6 +137,7 @@ impl Worker {
             .in_current_span(),
         );
         let renewals = tokio::spawn(renew_every(coordinator.renewer(failover / 3), metrics.clone()).in_current_span());
+        let progress = tokio::spawn(progress::write_every(control.keyed().clone(), me.clone(), metrics.progress()).in_current_span());
 
         let mut worker = Worker {
             config,
@@ -158,7 +161,7 @@ impl Worker {
             ended,
             reports,
             processor,
-            upkeep: [heartbeats, renewals],
+            upkeep: [heartbeats, renewals, progress],
             admin,
             publisher,
             taken_over,

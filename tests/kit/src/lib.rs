@@ -1,6 +1,7 @@
 //! Helpers for kcl-host's integration tests and demo, against the local
 //! servers `scripts/servers.sh start` runs (endpoints from `AWS_ENDPOINT_URL_*`).
 
+pub mod browser;
 pub mod faults;
 pub mod http_sink;
 pub mod iam;

@@ -19,7 +19,7 @@ fn find<'a>(data: &'a [Datum], name: &str, operation: &str) -> Vec<&'a Datum> {
 fn a_minute_of_a_shard_in_kcl_names_with_its_dimensions() {
     let metrics = Arc::new(Metrics::new("orders-app", "w1"));
     let (before, _) = snapshot::read(&metrics.encode());
-    let shard = metrics.shard("orders", "shardId-000000000001");
+    let shard = metrics.shard("orders", &"shardId-000000000001".into());
     shard.processed(30, 3000, Duration::from_millis(20));
     shard.processed(10, 1000, Duration::from_millis(5));
     shard.millis_behind_latest(1500);
@@ -55,7 +55,7 @@ const MULTI: [(&str, &str); 2] = [("a", "123456789012:a:1700000000"), ("b", "123
 fn levels_and_dimensions_filter_and_merge_as_kcls_do() {
     let metrics = Arc::new(Metrics::new("app", "w1"));
     for (stream, shard) in [("a", "shardId-0"), ("b", "shardId-0"), ("b", "shardId-1")] {
-        let shard = metrics.shard(stream, shard);
+        let shard = metrics.shard(stream, &shard.into());
         shard.processed(1, 10, Duration::from_millis(1));
         shard.failure_events("dead-letter", 2);
         shard.failure_event("retry");

@@ -115,7 +115,7 @@ async fn fixture_with(records: Vec<(u64, &'static str)>, closed: bool, policy: P
         held,
         stop: stop_rx,
         delivered: delivered.clone(),
-        metrics: Arc::new(Metrics::new("app", "worker")).shard("stream", "shard-0"),
+        metrics: Arc::new(Metrics::new("app", "worker")).shard("stream", &"shard-0".into()),
         reports: reports_tx,
         redelivery: Budget::new(1 << 20),
         outputs,

@@ -1,0 +1,153 @@
+//! Each shard's progress as its worker reports it to `status` and the
+//! dashboard: records processed since the worker took the lease, how far its
+//! last batch was behind the stream's tip, the processor version it runs
+//! (during a rollout, the canary's differs), records given up on. A reader
+//! draws throughput from two readings of `records`.
+//!
+//! Kept out of the heartbeat row on purpose: DynamoDB bills an `UpdateItem`
+//! by the whole item, so every beat would pay for these bytes. Each worker
+//! writes them instead to a row of its own in the control table,
+//! `progress/<worker id>`, every [`PERIOD`] and only when they changed (at
+//! once when a shard changes version), and deletes it with its heartbeat row.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use crate::lease::board::ShardBoard;
+use crate::lease::heartbeat::ControlRead;
+use crate::lease::table::KeyedTable;
+use crate::lease::LeaseError;
+
+/// How often a worker writes its progress row (when it changed).
+pub const PERIOD: Duration = Duration::from_secs(5);
+
+/// Prefix of a worker's progress row key.
+const PROGRESS: &str = "progress/";
+
+/// The attribute that holds the shards' progress, as JSON.
+const SHARDS: &str = "shards";
+
+/// One shard's progress on its current worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Records processed since this worker took the lease.
+    pub records: u64,
+    /// `MillisBehindLatest` of the last batch read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub millis_behind: Option<u64>,
+    /// The processor version the shard runs: its hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processor: Option<String>,
+    /// Records the failure policy wrote to the failure target.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dead_lettered: u64,
+    /// Records the failure policy dropped (no failure target).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The progress of a worker's shards, by lease key.
+pub struct ProgressBoard {
+    shards: ShardBoard<Progress>,
+    /// A shard changed version: written at once, so a rollout's canary shows.
+    news: Notify,
+}
+
+impl Default for ProgressBoard {
+    fn default() -> Self {
+        Self { shards: ShardBoard::new(SHARDS), news: Notify::new() }
+    }
+}
+
+impl ProgressBoard {
+    /// Changes the progress of the shard leased as `lease`.
+    pub fn update(&self, lease: &str, change: impl FnOnce(&mut Progress)) {
+        self.shards.update(lease, change);
+    }
+
+    /// The shard leased as `lease` runs `processor` now.
+    pub fn running(&self, lease: &str, processor: &str) {
+        self.shards.update(lease, |p| p.processor = Some(processor.to_owned()));
+        self.news.notify_one();
+    }
+
+    /// The shard leased as `lease` is no longer this worker's.
+    pub fn forget(&self, lease: &str) {
+        self.shards.set(lease, None);
+    }
+}
+
+/// Writes `worker`'s progress row every [`PERIOD`] while it changed, until aborted.
+pub async fn write_every(table: KeyedTable, worker: String, board: std::sync::Arc<ProgressBoard>) {
+    let mut written = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(PERIOD) => {}
+            () = board.news.notified() => {}
+        }
+        let now = board.shards.snapshot();
+        if written.as_ref() == Some(&now) {
+            continue;
+        }
+        let [(_, shards)] = <[_; 1]>::try_from(board.shards.report()).expect("a board reports one attribute");
+        let put = table
+            .client
+            .put_item()
+            .table_name(&table.name)
+            .item("key", AttributeValue::S(format!("{PROGRESS}{worker}")))
+            .item("atMillis", AttributeValue::N(crate::clock::unix_ms().to_string()))
+            .item(SHARDS, shards.unwrap_or(AttributeValue::S("{}".into())));
+        match put.send().await {
+            Ok(_) => written = Some(now),
+            Err(e) => tracing::debug!("could not write this worker's progress row (status shows it older): {}", table.error("PutItem (progress)", e)),
+        }
+    }
+}
+
+/// Deletes `worker`'s progress row: it stopped, or died and was forgotten.
+pub async fn forget(table: &KeyedTable, worker: &str) -> Result<(), LeaseError> {
+    let delete = table.client.delete_item().table_name(&table.name).key("key", AttributeValue::S(format!("{PROGRESS}{worker}")));
+    delete.send().await.map(|_| ()).map_err(|e| table.error("DeleteItem (progress)", e))
+}
+
+/// Every worker's reported progress in a read of the control table, by
+/// worker and lease key.
+pub fn reported(read: &ControlRead) -> BTreeMap<(String, String), Progress> {
+    let mut all = BTreeMap::new();
+    for item in &read.others {
+        let (Some(AttributeValue::S(key)), Some(AttributeValue::S(json))) = (item.get("key"), item.get(SHARDS)) else { continue };
+        let Some(worker) = key.strip_prefix(PROGRESS) else { continue };
+        let Ok(shards) = serde_json::from_str::<BTreeMap<String, Progress>>(json) else { continue };
+        all.extend(shards.into_iter().map(|(shard, progress)| ((worker.to_owned(), shard), progress)));
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shards_progress_adds_up_and_reads_back_as_written() {
+        let board = ProgressBoard::default();
+        board.update("shardId-1", |p| p.records += 10);
+        board.update("shardId-1", |p| p.records += 5);
+        board.update("shardId-1", |p| p.millis_behind = Some(1200));
+        board.update("shardId-2", |p| p.dead_lettered += 1);
+        let [(_, Some(AttributeValue::S(json)))] = <[_; 1]>::try_from(board.shards.report()).unwrap() else { panic!("a report") };
+        assert_eq!(json, r#"{"shardId-1":{"records":15,"millis_behind":1200},"shardId-2":{"records":0,"dead_lettered":1}}"#);
+        let row = [("key", "progress/w1"), (SHARDS, json.as_str())].map(|(k, v)| (k.to_owned(), AttributeValue::S(v.to_owned())));
+        let read = ControlRead { others: vec![row.into_iter().collect()], ..Default::default() };
+        let reported = reported(&read);
+        assert_eq!(reported[&("w1".to_owned(), "shardId-1".to_owned())], Progress { records: 15, millis_behind: Some(1200), ..Default::default() });
+        assert_eq!(reported.len(), 2);
+    }
+}
