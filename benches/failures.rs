@@ -61,7 +61,7 @@ async fn with_policy(processor: &Processor, outputs: &Arc<Outputs>, data: &[Stri
     let dead_letters = DeadLetters::printed(settings);
     let policy = ReplayPolicy { settings, dead_letters: &dead_letters };
     let started = Instant::now();
-    let sinks = replay::ReplaySinks { print_checkpoints: false, outputs, state: &Arc::default() };
+    let sinks = replay::ReplaySinks { print_checkpoints: false, outputs, state: &Arc::default(), window: None };
     let report = replay::replay(processor, ShardInfo::new("bench", "shardId-0"), batch(data), BATCH, sinks, Some(policy)).await.expect("the policy gets past the record");
     (started.elapsed(), report.given_up)
 }

@@ -44,11 +44,11 @@ cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_3.wasm" examples/build/
 for g in counter json-aggregate totals; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done
-for g in counter json-aggregate enrich user-totals; do
+for g in counter json-aggregate enrich user-totals window-totals; do
   bash scripts/build-python.sh "examples/python/$g" "examples/build/py-$g.wasm" >/dev/null
 done
 bash scripts/build-python.sh tests/python/faulty examples/build/py-faulty.wasm >/dev/null
-for g in counter json-aggregate enrich user-totals; do
+for g in counter json-aggregate enrich user-totals window-totals; do
   bash scripts/build-js.sh "examples/js/$g" "examples/build/js-$g.wasm" >/dev/null
 done
 bash scripts/build-js.sh tests/js/faulty examples/build/js-faulty.wasm >/dev/null

@@ -21,7 +21,8 @@ bash "$root/scripts/js-toolchain.sh"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cp -R "$src/." "$stage/"
-cp "$root/guest-sdk/js/kcl.js" "$stage/kcl.js"
+cp "$root/guest-sdk/js/kcl.js" "$root/guest-sdk/js/component.js" "$stage/"
+# component.js names the exports: the app's processor and the window export.
 node "$root/tools/js/node_modules/@bytecodealliance/componentize-js/src/cli.js" \
-  --wit "$root/wit" --world-name guest --disable fetch-event -o "$out" "$stage/app.js" >/dev/null
+  --wit "$root/wit" --world-name windowed-guest --disable fetch-event -o "$out" "$stage/component.js" >/dev/null
 echo "built $out ($(wc -c <"$out") bytes)"

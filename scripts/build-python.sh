@@ -5,7 +5,8 @@
 #
 #   scripts/build-python.sh examples/python/counter examples/build/py-counter.wasm
 #
-# The component holds CPython, the app and the SDK (guest-sdk/python), and
+# The component holds CPython, the app and the SDK (guest-sdk/python: its
+# kcl_component module imports the app and names the exports), and
 # the app's own pure-Python dependencies when they sit in the app directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,5 +17,5 @@ out=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 
 bash "$root/scripts/python-toolchain.sh"
 "$root/tools/python/venv/bin/componentize-py" -d "$root/wit" -d "$root/guest-sdk/python/wit" -w kcl:python-guest/guest componentize \
-  -p "$src" -p "$root/guest-sdk/python" app -o "$out" >/dev/null
+  -p "$src" -p "$root/guest-sdk/python" kcl_component -o "$out" >/dev/null
 echo "built $out ($(wc -c <"$out") bytes)"

@@ -206,6 +206,15 @@ export class RecordProcessor {
 
   /** Called once at the end; checkpoint here when `reason` is REQUESTED. */
   shutdown(reason, checkpointer) {}
+
+  /** With `kcl-host run --window`: `window` ({startMs, endMs, shardEnded})
+   * closed for this shard, with the state keys its records changed. Read
+   * their state, send results to an output, delete what the next window
+   * should not see; the host writes the outputs and commits the state
+   * changes like a checkpoint. */
+  closeWindow(window, keys) {
+    throw new Error(`window [${window.startMs}, ${window.endMs}) closed, but this processor does not implement RecordProcessor.closeWindow`);
+  }
 }
 
 /** Queues records `{partitionKey, data, explicitHashKey?}` (data: a string or
@@ -380,13 +389,15 @@ function outcome(call) {
 
 /** The component's export for `ProcessorClass`: assign it to the app module's
  * exported `recordProcessor`. */
+// The shard's processor: one per component instance (one instance serves one shard).
+let processor;
+const view = new Checkpointer();
+const started = (call) => {
+  if (!processor) throw { payload: { tag: "fatal", val: `${call} was called before initialize` } };
+  return processor;
+};
+
 export function exportProcessor(ProcessorClass) {
-  let processor;
-  const view = new Checkpointer();
-  const started = (call) => {
-    if (!processor) throw { payload: { tag: "fatal", val: `${call} was called before initialize` } };
-    return processor;
-  };
   return {
     initialize(shard) {
       const instance = new ProcessorClass();
@@ -411,3 +422,14 @@ export function exportProcessor(ProcessorClass) {
     },
   };
 }
+
+/** The component's `window` export (component.js names it): calls the
+ * shard's processor's `closeWindow` with the window's bounds (milliseconds
+ * as Numbers) and the keys its records changed. */
+export const windowExport = Object.freeze({
+  close(bounds, keys) {
+    const current = started("close");
+    const window = Object.freeze({ startMs: Number(bounds.startMs), endMs: Number(bounds.endMs), shardEnded: bounds.shardEnded });
+    return outcome(() => current.closeWindow(window, [...keys]));
+  },
+});

@@ -68,7 +68,7 @@ const JS: [(&str, &str); 3] = [
 
 /// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 56] = [
+const BUNDLE: [(&str, &str); 58] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -108,6 +108,7 @@ const BUNDLE: [(&str, &str); 56] = [
     ("guest-sdk/python/README.md", include_str!("../../guest-sdk/python/README.md")),
     ("guest-sdk/python/kcl/http.py", include_str!("../../guest-sdk/python/kcl/http.py")),
     ("guest-sdk/python/kcl/state.py", include_str!("../../guest-sdk/python/kcl/state.py")),
+    ("guest-sdk/python/kcl_component.py", include_str!("../../guest-sdk/python/kcl_component.py")),
     ("guest-sdk/python/wit/world.wit", include_str!("../../guest-sdk/python/wit/world.wit")),
     ("guest-sdk/python/wit/deps/http/http.wit", include_str!("../../guest-sdk/python/wit/deps/http/http.wit")),
     ("guest-sdk/python/wit/deps/io/io.wit", include_str!("../../guest-sdk/python/wit/deps/io/io.wit")),
@@ -119,6 +120,7 @@ const BUNDLE: [(&str, &str); 56] = [
     ("scripts/build-python.sh", include_str!("../../scripts/build-python.sh")),
     ("scripts/python-toolchain.sh", include_str!("../../scripts/python-toolchain.sh")),
     ("guest-sdk/js/kcl.js", include_str!("../../guest-sdk/js/kcl.js")),
+    ("guest-sdk/js/component.js", include_str!("../../guest-sdk/js/component.js")),
     ("guest-sdk/js/kcl.d.ts", include_str!("../../guest-sdk/js/kcl.d.ts")),
     ("guest-sdk/js/README.md", include_str!("../../guest-sdk/js/README.md")),
     ("scripts/build-js.sh", include_str!("../../scripts/build-js.sh")),

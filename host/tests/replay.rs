@@ -426,3 +426,60 @@ fn a_processor_flooding_its_output_is_rate_limited_and_told_what_was_dropped() {
     assert!(stderr.contains("of this processor's output: an instance logs at most"), "{}", &stderr[stderr.len().saturating_sub(2000)..]);
     assert!(stdout.contains("replayed 2 records"), "the next record is processed: {stdout}");
 }
+
+/// `replay --window 60s`: windows cut and closed by the records' arrival
+/// times (the last at the end of the input, as at a shard's end), and the
+/// Rust window-totals and its Python and JavaScript ports (their SDKs'
+/// `close_window`) send the same totals, byte for byte.
+#[test]
+fn replay_closes_windows_by_arrival_and_every_sdk_totals_them_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("purchases.jsonl");
+    let purchases = [("ana", 100, "12:00:05"), ("ben", 200, "12:00:30"), ("ana", 50, "12:00:59"), ("ben", 1, "12:01:10"), ("cy", 7, "12:02:00"), ("ana", 3, "12:02:30")];
+    let lines: Vec<String> = purchases
+        .iter()
+        .map(|(user, cents, at)| serde_json::json!({ "data": format!("{{\"cents\": {cents}}}"), "partition_key": user, "arrival": format!("2026-12-01T{at}Z") }).to_string())
+        .collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let minute = |m: u64| 1_796_126_400_000 + m * 60_000; // 2026-12-01T12:0m:00Z
+    let mut sent_by = Vec::new();
+    for guest_name in ["window-totals", "py-window-totals", "js-window-totals"] {
+        let (code, stdout, stderr) = replay_file(guest_name, input.to_str().unwrap(), &["--window", "60s", "--output", "totals=stdout"]);
+        assert_eq!(code, 0, "{guest_name}: {stdout}\n{stderr}");
+        let closes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("window [")).collect();
+        assert_eq!(closes, [
+            format!("window [{}, {}) closes with 2 keys", minute(0), minute(1)),
+            format!("window [{}, {}) closes with 1 keys", minute(1), minute(2)),
+            format!("window [{}, {}) closes with 2 keys", minute(2), minute(3)),
+        ], "{guest_name}: {stdout}");
+        let sent: Vec<serde_json::Value> = stdout.lines().filter_map(|l| l.strip_prefix("totals ")).map(|l| serde_json::from_str(l).unwrap()).collect();
+        sent_by.push((guest_name, sent));
+    }
+    let (_, rust) = &sent_by[0];
+    let totals: Vec<(String, i64, u64, bool)> = rust
+        .iter()
+        .map(|record| {
+            let item: serde_json::Value = serde_json::from_str(record["data"].as_str().unwrap()).unwrap();
+            (item["user"].as_str().unwrap().to_owned(), item["cents"].as_i64().unwrap(), item["window_start_ms"].as_u64().unwrap(), item["shard_ended"].as_bool().unwrap())
+        })
+        .collect();
+    let expected = [("ana", 150, 0, false), ("ben", 200, 0, false), ("ben", 1, 1, false), ("ana", 3, 2, true), ("cy", 7, 2, true)];
+    let mut sorted = totals.clone();
+    sorted.sort_by_key(|(user, _, start, _)| (*start, user.clone()));
+    assert_eq!(sorted, expected.map(|(user, cents, m, ended)| (user.to_owned(), cents, minute(m), ended)), "the Rust totals per window");
+    for (guest_name, sent) in &sent_by[1..] {
+        let set = |records: &[serde_json::Value]| records.iter().map(ToString::to_string).collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(set(sent), set(rust), "{guest_name} sends what the Rust example sends");
+    }
+}
+
+/// A processor that implements no `close_window` is told so by name, in
+/// every SDK that exports windows, when a window closes.
+#[test]
+fn a_window_closing_on_a_processor_without_close_window_fails_naming_the_method() {
+    for (guest_name, method) in [("counter", "RecordProcessor::close_window"), ("py-counter", "RecordProcessor.close_window"), ("js-counter", "RecordProcessor.closeWindow")] {
+        let (code, stdout, stderr) = replay(guest_name, &["--window", "60s"]);
+        assert_ne!(code, 0, "{guest_name}: {stdout}");
+        assert!(stderr.contains(&format!("does not implement {method}")) && stderr.contains("close-window ["), "{guest_name}: {stderr}");
+    }
+}

@@ -38,7 +38,7 @@ import enum
 import logging
 import traceback
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Sequence, Tuple, Union
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from componentize_py_types import Err
 from wit_world import exports
@@ -140,6 +140,18 @@ class ShardInfo:
     starting_sub_sequence_number: Optional[int]
 
 
+@dataclass(frozen=True)
+class Window:
+    """A window of arrival times (``kcl-host run --window``), in ms since the
+    Unix epoch: ``start_ms`` is in it, ``end_ms`` the first after it;
+    ``shard_ended`` when it closed early because the shard ended (a split or
+    a merge: the children go on with the rest of the window)."""
+
+    start_ms: int
+    end_ms: int
+    shard_ended: bool
+
+
 class ShutdownReason(enum.Enum):
     """Why a processor is being shut down."""
 
@@ -217,6 +229,15 @@ class RecordProcessor:
 
     def shutdown(self, reason: ShutdownReason, checkpointer: Checkpointer) -> None:
         """Called once at the end; checkpoint here when ``reason`` is REQUESTED."""
+
+    def close_window(self, window: Window, keys: List[str]) -> None:
+        """With ``kcl-host run --window``: ``window`` closed for this shard, with
+        the state keys its records changed. Read their state, send results to
+        an output, delete what the next window should not see; the host writes
+        the outputs and commits the state changes like a checkpoint."""
+        raise NotImplementedError(
+            f"window [{window.start_ms}, {window.end_ms}) closed, but this processor does not implement RecordProcessor.close_window"
+        )
 
 
 class SendError(Exception):
@@ -319,6 +340,15 @@ def export(processor_class: type) -> type:
 
     _Export.__name__ = _Export.__qualname__ = "RecordProcessor"
     return _Export
+
+
+class _WindowExport(exports.Window):
+    """The component's ``window`` export: calls the shard's processor's
+    ``close_window``. ``kcl_component`` names it ``Window`` for componentize-py."""
+
+    def close(self, window, keys: List[str]) -> None:
+        processor = _started("close")
+        _outcome(lambda: processor.close_window(Window(window.start_ms, window.end_ms, window.shard_ended), list(keys)))
 
 
 _REASONS = {

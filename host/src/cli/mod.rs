@@ -335,6 +335,9 @@ pub struct ReplayArgs {
     /// created when missing. Without it, state starts empty.
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
+    /// Tumbling windows of the records' arrival times, like 60s, as `run --window` has them: each closed when a record of a later one comes, the last at the end of the input (the processor must export `window`).
+    #[arg(long, value_name = "DURATION")]
+    pub window: Option<String>,
     /// A golden test: compare what the processor sent (per target, in order), its checkpoints and its final state with FILE (JSON lines), print the difference and fail if there is one. Nothing is printed for the sends.
     #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
@@ -359,6 +362,7 @@ impl ReplayArgs {
             input: self.input,
             batch_size: self.batch_size as usize,
             state_file: self.state,
+            window: self.window.as_deref().map(|text| crate::config::duration("window", Some(text), Default::default())).transpose()?,
             expect: self.expect.map(|file| (file, self.update_expected)),
         })
     }

@@ -30,6 +30,8 @@ pub struct ReplayCommand {
     /// Where state is loaded from before and saved to after (`--state`);
     /// without it, state starts empty and is dropped.
     pub state_file: Option<PathBuf>,
+    /// Tumbling windows of this length (`--window`).
+    pub window: Option<std::time::Duration>,
     /// `--expect FILE`, and whether to write it (`--update-expected`).
     pub expect: Option<(PathBuf, bool)>,
 }
@@ -56,7 +58,7 @@ pub async fn run(command: ReplayCommand) -> Result<(), String> {
         Some(path) => MemoryState::load(path)?,
         None => MemoryState::default(),
     });
-    let sinks = ReplaySinks { print_checkpoints: true, outputs: &outputs, state: &state };
+    let sinks = ReplaySinks { print_checkpoints: true, outputs: &outputs, state: &state, window: command.window };
     let replayed = replay(&processor, command.shard, records, command.batch_size, sinks, Some(policy)).await;
     // What the checkpoints committed, also after a failure: the state a
     // worker would have found.

@@ -5,6 +5,7 @@ pub mod command;
 mod golden;
 mod input;
 mod state;
+mod window;
 
 pub use input::{read_records, InputError};
 pub use state::MemoryState;
@@ -58,6 +59,8 @@ struct RecordingSink {
     checkpoints: Arc<Mutex<Vec<Position>>>,
     state: Arc<MemoryState>,
     print: bool,
+    /// With windows: the keys the open window's checkpoints changed.
+    window_keys: Option<Arc<Mutex<std::collections::BTreeSet<String>>>>,
 }
 
 impl CheckpointSink for RecordingSink {
@@ -69,6 +72,12 @@ impl CheckpointSink for RecordingSink {
             }
         }
         self.state.commit(state);
+        if let Some(keys) = &self.window_keys {
+            let mut keys = keys.lock().expect("not poisoned");
+            for (key, _) in state {
+                keys.insert(key.clone());
+            }
+        }
         self.checkpoints.lock().expect("not poisoned").push(position);
         Box::pin(async { Ok(()) })
     }
@@ -142,6 +151,9 @@ pub struct ReplaySinks<'a> {
     pub outputs: &'a Arc<Outputs>,
     /// The state, changed by each checkpoint.
     pub state: &'a Arc<MemoryState>,
+    /// Tumbling windows of this length (`--window`): closed by the
+    /// records' arrival times, the last at the end.
+    pub window: Option<Duration>,
 }
 
 /// Runs initialize, `records` in batches of `batch_size`, then
@@ -158,8 +170,10 @@ pub async fn replay(
     policy: Option<ReplayPolicy<'_>>,
 ) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
-    let ReplaySinks { print_checkpoints, outputs, state } = sinks;
-    let sink = RecordingSink { checkpoints: Arc::default(), state: state.clone(), print: print_checkpoints };
+    let ReplaySinks { print_checkpoints, outputs, state, window } = sinks;
+    let mut windows = window.map(window::ReplayWindows::new);
+    let window_keys = windows.as_ref().map(window::ReplayWindows::keys);
+    let sink = RecordingSink { checkpoints: Arc::default(), state: state.clone(), print: print_checkpoints, window_keys };
     let strict = FailureSettings::default();
     let no_target = DeadLetters::printed(&strict);
     let (settings, dead_letters) = policy.as_ref().map_or((&strict, &*no_target), |p| (p.settings, p.dead_letters));
@@ -194,7 +208,14 @@ pub async fn replay(
     let total = records.len();
     let mut next = 0;
     while next < total {
-        let mut batch = records.slice(next, batch_size.max(1));
+        let mut batch_len = batch_size.max(1);
+        if let Some(windows) = &mut windows {
+            batch_len = windows.batch_len(&records, next, batch_len);
+            if let Err((call, e)) = windows.enter(&mut instance, records.arrival_timestamps_ms[next]).await {
+                return Err(fail(call, e, report));
+            }
+        }
+        let mut batch = records.slice(next, batch_len);
         let count = batch.len();
         batch.millis_behind_latest = behind_latest_ms(&batch, total - next - count);
         let described = processor.describe();
@@ -221,6 +242,11 @@ pub async fn replay(
                 return Err(fail(call, error, report));
             }
         }
+    }
+    if let Some(windows) = &mut windows
+        && let Err((call, e)) = windows.close(&mut instance, true).await
+    {
+        return Err(fail(call, e, report));
     }
     let result = instance.shutdown(ShutdownReason::ShardEnd).await;
     match result {

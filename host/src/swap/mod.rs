@@ -179,7 +179,7 @@ impl Swapper {
         let shard = ShardInfo::new("swap-canary-input", "swap-canary-input");
         let outputs = self.canary_outputs.as_ref().expect("set with the canary input");
         // Its state is its own: a canary never reads or changes the fleet's.
-        let sinks = replay::ReplaySinks { print_checkpoints: false, outputs, state: &Arc::default() };
+        let sinks = replay::ReplaySinks { print_checkpoints: false, outputs, state: &Arc::default(), window: None };
         replay::replay(candidate, shard, records.clone(), 500, sinks, None)
             .await
             .map(|_| ())
