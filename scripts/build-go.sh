@@ -22,7 +22,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 (cd "$src" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -ldflags=-checklinkname=0 -o "$work/core.wasm" .)
-wasm-tools component embed "$root/wit" --world guest "$work/core.wasm" -o "$work/embedded.wasm"
+wasm-tools component embed "$root/wit" --world windowed-guest "$work/core.wasm" -o "$work/embedded.wasm"
 wasm-tools component new "$work/embedded.wasm" \
   --adapt "wasi_snapshot_preview1=$tools/bin/wasi_snapshot_preview1.reactor.wasm" -o "$out"
 echo "built $out ($(wc -c <"$out") bytes)"

@@ -40,6 +40,7 @@ import (
 
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
 	export "kclhost.dev/kcl/internal/wit/exports/export_kcl_processor_record_processor"
+	windowExport "kclhost.dev/kcl/internal/wit/exports/export_kcl_processor_window"
 	_ "kclhost.dev/kcl/internal/wit/exports/wit_exports" // the component's exports
 	"kclhost.dev/kcl/internal/wit/imports/kcl_processor_checkpointer"
 	"kclhost.dev/kcl/internal/wit/imports/kcl_processor_log"
@@ -138,8 +139,11 @@ func (f failedAt) Unwrap() error { return f.err }
 func FailedAt(index int, err error) error { return failedAt{index, err} }
 
 // Register sets the constructor of the processor; call it once, from init.
+// A processor run with `kcl-host run --window` also implements WindowCloser.
 func Register(newProcessor func() RecordProcessor) {
-	export.Handler = &handler{newProcessor: newProcessor}
+	h := &handler{newProcessor: newProcessor}
+	export.Handler = h
+	windowExport.Handler = h
 }
 
 func init() {

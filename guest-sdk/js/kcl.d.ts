@@ -72,14 +72,47 @@ export class SendError extends Error {}
 export class Checkpointer {
   /** At `record`, or at the last record delivered so far. Throws CheckpointError. */
   checkpoint(record?: Record): void;
+  /** At a sequence number (and sub-sequence number inside a KPL aggregate) delivered to this instance. Throws CheckpointError. */
+  checkpointAt(sequenceNumber: string, subSequenceNumber?: bigint): void;
   /** At record `index` of the batch being processed. Throws CheckpointError. */
   checkpointAtIndex(index: number): void;
 }
+
+/** A window of arrival times (`kcl-host run --window`), in milliseconds since the Unix epoch. */
+export interface Window {
+  /** The first millisecond in the window. */
+  readonly startMs: number;
+  /** The first millisecond after it. */
+  readonly endMs: number;
+  /** Closed early: the shard ended (a split or a merge); its children go on with the rest of the window. */
+  readonly shardEnded: boolean;
+}
+
+/** A state call did nothing. */
+export class StateError extends Error {
+  readonly kind: "not-this-shard" | "too-large" | "unavailable" | "not-an-integer" | "not-json";
+}
+
+/** Values kept per key, committed in the same write as the next checkpoint. Integers are BigInts kept as decimal text. */
+export const state: {
+  get(key: string): Uint8Array | undefined;
+  getMany(keys: readonly string[]): (Uint8Array | undefined)[];
+  set(key: string, value: string | Uint8Array): void;
+  delete(key: string): void;
+  getInt(key: string, fallback?: bigint): bigint;
+  getManyInt(keys: readonly string[], fallback?: bigint): bigint[];
+  setInt(key: string, value: bigint | number): void;
+  getJson<T = unknown>(key: string, fallback?: T): T;
+  getManyJson<T = unknown>(keys: readonly string[], fallback?: T): T[];
+  setJson(key: string, value: unknown): void;
+};
 
 /** Handles one shard, from `initialize` to `shutdown`. Methods may be async. */
 export class RecordProcessor {
   initialize(shard: ShardInfo): void | Promise<void>;
   processRecords(batch: Batch, checkpointer: Checkpointer): void | Promise<void>;
+  /** With `kcl-host run --window`: `window` closed, with the state keys its records changed. The default refuses. */
+  closeWindow(window: Window, keys: string[]): void | Promise<void>;
   shutdown(reason: ShutdownReason, checkpointer: Checkpointer): void | Promise<void>;
 }
 

@@ -187,6 +187,13 @@ export class Checkpointer {
     }
   }
 
+  /** At a sequence number (a string; and a sub-sequence number, a BigInt,
+   * inside a KPL aggregate) delivered to this instance, as Java KCL's
+   * `checkpoint(sequenceNumber, subSequenceNumber)`. */
+  checkpointAt(sequenceNumber, subSequenceNumber) {
+    checkpointed(() => checkpointer.checkpointAt(sequenceNumber, subSequenceNumber));
+  }
+
   /** At record `index` of the batch being processed: nothing to parse on the host's side. */
   checkpointAtIndex(index) {
     checkpointed(() => checkpointer.checkpointAtIndex(index));

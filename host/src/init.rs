@@ -68,7 +68,7 @@ const JS: [(&str, &str); 3] = [
 
 /// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 58] = [
+const BUNDLE: [(&str, &str); 62] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -86,6 +86,10 @@ const BUNDLE: [(&str, &str); 58] = [
     ("guest-sdk/go/output.go", include_str!("../../guest-sdk/go/output.go")),
     ("guest-sdk/go/config.go", include_str!("../../guest-sdk/go/config.go")),
     ("guest-sdk/go/state.go", include_str!("../../guest-sdk/go/state.go")),
+    ("guest-sdk/go/window.go", include_str!("../../guest-sdk/go/window.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_window/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_window/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/kcl_processor_window/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_window/empty.s")),
+    ("guest-sdk/go/internal/wit/exports/export_kcl_processor_window/exports.go", include_str!("../../guest-sdk/go/internal/wit/exports/export_kcl_processor_window/exports.go")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_state/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_state/wit_bindings.go")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_state/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_state/empty.s")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_output/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_output/wit_bindings.go")),

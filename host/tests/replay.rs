@@ -429,7 +429,7 @@ fn a_processor_flooding_its_output_is_rate_limited_and_told_what_was_dropped() {
 
 /// `replay --window 60s`: windows cut and closed by the records' arrival
 /// times (the last at the end of the input, as at a shard's end), and the
-/// Rust window-totals and its Python and JavaScript ports (their SDKs'
+/// Rust window-totals and its Go, Python and JavaScript ports (their SDKs'
 /// `close_window`) send the same totals, byte for byte.
 #[test]
 fn replay_closes_windows_by_arrival_and_every_sdk_totals_them_alike() {
@@ -443,7 +443,7 @@ fn replay_closes_windows_by_arrival_and_every_sdk_totals_them_alike() {
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let minute = |m: u64| 1_796_126_400_000 + m * 60_000; // 2026-12-01T12:0m:00Z
     let mut sent_by = Vec::new();
-    for guest_name in ["window-totals", "py-window-totals", "js-window-totals"] {
+    for guest_name in ["window-totals", "go-window-totals", "py-window-totals", "js-window-totals"] {
         let (code, stdout, stderr) = replay_file(guest_name, input.to_str().unwrap(), &["--window", "60s", "--output", "totals=stdout"]);
         assert_eq!(code, 0, "{guest_name}: {stdout}\n{stderr}");
         let closes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("window [")).collect();
@@ -477,7 +477,13 @@ fn replay_closes_windows_by_arrival_and_every_sdk_totals_them_alike() {
 /// every SDK that exports windows, when a window closes.
 #[test]
 fn a_window_closing_on_a_processor_without_close_window_fails_naming_the_method() {
-    for (guest_name, method) in [("counter", "RecordProcessor::close_window"), ("py-counter", "RecordProcessor.close_window"), ("js-counter", "RecordProcessor.closeWindow")] {
+    let methods = [
+        ("counter", "RecordProcessor::close_window"),
+        ("go-counter", "kcl.WindowCloser (CloseWindow)"),
+        ("py-counter", "RecordProcessor.close_window"),
+        ("js-counter", "RecordProcessor.closeWindow"),
+    ];
+    for (guest_name, method) in methods {
         let (code, stdout, stderr) = replay(guest_name, &["--window", "60s"]);
         assert_ne!(code, 0, "{guest_name}: {stdout}");
         assert!(stderr.contains(&format!("does not implement {method}")) && stderr.contains("close-window ["), "{guest_name}: {stderr}");

@@ -89,6 +89,11 @@ async fn every_user_and_window_total_is_exact_and_written_as_its_window_closes_w
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_go_window_totals_are_exact_while_workers_are_killed() {
+    totals_exact_while_workers_are_killed("go-window-totals").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_python_window_totals_are_exact_while_workers_are_killed() {
     totals_exact_while_workers_are_killed("py-window-totals").await;
 }

@@ -211,6 +211,12 @@ class Checkpointer:
         else:
             _checkpoint_result(_checkpointer.checkpoint_at, record.sequence_number, record.sub_sequence_number)
 
+    def checkpoint_at(self, sequence_number: str, sub_sequence_number: Optional[int] = None) -> None:
+        """At a sequence number (and sub-sequence number, inside a KPL
+        aggregate) delivered to this instance, as Java KCL's
+        ``checkpoint(sequenceNumber, subSequenceNumber)``."""
+        _checkpoint_result(_checkpointer.checkpoint_at, sequence_number, sub_sequence_number)
+
     def checkpoint_at_index(self, index: int) -> None:
         """At record ``index`` of the batch being processed: nothing to parse on the host's side."""
         _checkpoint_result(_checkpointer.checkpoint_at_index, index)

@@ -10,7 +10,9 @@ import (
 	witRuntime "go.bytecodealliance.org/pkg/wit/runtime"
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
 	"kclhost.dev/kcl/internal/wit/exports/export_kcl_processor_record_processor"
+	"kclhost.dev/kcl/internal/wit/exports/export_kcl_processor_window"
 	"kclhost.dev/kcl/internal/wit/imports/kcl_processor_types"
+	"kclhost.dev/kcl/internal/wit/imports/kcl_processor_window"
 	"runtime"
 	"unsafe"
 )
@@ -18,6 +20,72 @@ import (
 var staticPinner = runtime.Pinner{}
 var exportReturnArea = uintptr(witRuntime.Allocate(&staticPinner, (5 * 4), 4))
 var syncExportPinner = runtime.Pinner{}
+
+//go:wasmexport kcl:processor/window@0.4.0#close
+func wasm_export_kcl_processor_window_close(arg0 int64, arg1 int64, arg2 int32, arg3 uintptr, arg4 uint32) uintptr {
+
+	pinner := &syncExportPinner
+	result := make([]string, 0, arg4)
+	for index := 0; index < int(arg4); index++ {
+		base := unsafe.Add(unsafe.Pointer(arg3), index*(2*4))
+		value := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(base), 0))))), *(*uint32)(unsafe.Add(unsafe.Pointer(base), 4)))
+
+		result = append(result, value)
+	}
+
+	witRuntime.Unpin()
+	result0 := export_kcl_processor_window.Close(kcl_processor_window.WindowBounds{StartMs: uint64(arg0), EndMs: uint64(arg1), ShardEnded: (arg2 != 0)}, result)
+
+	switch result0.Tag() {
+	case witTypes.ResultOk:
+
+		*(*int8)(unsafe.Add(unsafe.Pointer(exportReturnArea), 0)) = int8(int32(0))
+
+	case witTypes.ResultErr:
+		payload := result0.Err()
+		*(*int8)(unsafe.Add(unsafe.Pointer(exportReturnArea), 0)) = int8(int32(1))
+
+		switch payload.Tag() {
+		case kcl_processor_types.ProcessorError_Retryable:
+			payload := payload.Retryable()
+			*(*int8)(unsafe.Add(unsafe.Pointer(exportReturnArea), 4)) = int8(int32(0))
+			utf8 := unsafe.Pointer(unsafe.StringData(payload))
+			pinner.Pin(utf8)
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uint32(len(payload)))
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = uint32(uintptr(uintptr(utf8)))
+
+		case kcl_processor_types.ProcessorError_Fatal:
+			payload := payload.Fatal()
+			*(*int8)(unsafe.Add(unsafe.Pointer(exportReturnArea), 4)) = int8(int32(1))
+			utf81 := unsafe.Pointer(unsafe.StringData(payload))
+			pinner.Pin(utf81)
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uint32(len(payload)))
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = uint32(uintptr(uintptr(utf81)))
+
+		case kcl_processor_types.ProcessorError_FailedAt:
+			payload := payload.FailedAt()
+			*(*int8)(unsafe.Add(unsafe.Pointer(exportReturnArea), 4)) = int8(int32(2))
+			*(*int32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (2 * 4))) = int32((payload).Index)
+			utf82 := unsafe.Pointer(unsafe.StringData((payload).Reason))
+			pinner.Pin(utf82)
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (4 * 4))) = uint32(uint32(len((payload).Reason)))
+			*(*uint32)(unsafe.Add(unsafe.Pointer(exportReturnArea), (3 * 4))) = uint32(uintptr(uintptr(utf82)))
+
+		default:
+			panic("unreachable")
+		}
+
+	default:
+		panic("unreachable")
+	}
+	return exportReturnArea
+
+}
+
+//go:wasmexport cabi_post_kcl:processor/window@0.4.0#close
+func wasm_export_post_return_kcl_processor_window_close(result uintptr) {
+	syncExportPinner.Unpin()
+}
 
 //go:wasmexport kcl:processor/record-processor@0.4.0#initialize
 func wasm_export_kcl_processor_record_processor_initialize(arg0 uintptr, arg1 uint32, arg2 uintptr, arg3 uint32, arg4 uintptr, arg5 uint32, arg6 int32, arg7 int64) uintptr {
