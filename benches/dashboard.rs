@@ -9,12 +9,21 @@
 //! - the worker's CPU without a page and with one (its requests: GET
 //!   /status.json every 2 s), in alternating 30 s windows, as % of a core.
 //!
+//! With `-- table 1000`: no worker, but a lease table of 1,000 shards
+//! written as a fleet of 10 Java KCL workers would leave it (every tenth
+//! shard the child of one at SHARD_END: 100 families in the lineage graph),
+//! served by `kcl-host dashboard`: the
+//! page's first render and the size of its report.
+//!
 //! Run with `bash scripts/servers.sh start && source .servers/env &&
 //! npm ci --prefix benches/dashboard && cargo bench -p kcl-host --bench
-//! dashboard [-- 1000]`; figures go in docs/BENCHMARKS.md.
+//! dashboard [-- 1000 | -- table 1000]`; figures go in docs/BENCHMARKS.md.
 
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeSet;
+
+use kcl_host::lease::{Checkpoint, Lease};
 use kcl_testkit::process::KclHost;
 use kcl_testkit::{clients, unique, TestStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,9 +56,61 @@ async fn cpu_share(worker: &KclHost, admin: &str, page: bool) -> f64 {
     (worker.cpu_seconds() - before) / started.elapsed().as_secs_f64()
 }
 
+/// The page at `url`, opened 5 times: each first render in ms, sorted.
+async fn first_renders(url: &str) -> Vec<f64> {
+    let output = tokio::process::Command::new("node")
+        .args(["benches/dashboard/render.mjs", url, "5"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .await
+        .expect("node runs");
+    assert!(output.status.success(), "render.mjs: {}", String::from_utf8_lossy(&output.stderr));
+    let timings: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut renders: Vec<f64> = timings["first_render_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    renders.sort_by(f64::total_cmp);
+    renders
+}
+
+/// `-- table N`: the page of an N-shard lease table, served by `kcl-host dashboard`.
+async fn table(shards: usize) {
+    let aws = clients().await;
+    let application = unique("bench-dashboard-table");
+    let rows: Vec<Lease> = (0..shards)
+        .map(|i| {
+            // Every tenth shard the child of the one before it, which is at SHARD_END.
+            let parents = if i % 10 == 9 { BTreeSet::from([format!("shardId-{:012}", i - 1)]) } else { BTreeSet::new() };
+            let checkpoint = if i % 10 == 8 { Checkpoint::ShardEnd } else { Checkpoint::TrimHorizon };
+            let mut lease = Lease::new(format!("shardId-{i:012}").as_str(), checkpoint, parents);
+            lease.owner = Some(format!("java-worker-{}", i % 10));
+            lease
+        })
+        .collect();
+    kcl_testkit::write_leases(&aws.dynamodb, &application, &rows).await;
+    let mut dashboard = KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &["dashboard", "--application", &application, "--listen", "127.0.0.1:0"]);
+    dashboard.wait_for("its address", LIMIT, |log| log.iter().any(|l| l.contains("dashboard on http://"))).await;
+    let log = dashboard.log().await;
+    let line = log.iter().find(|l| l.contains("dashboard on http://")).unwrap();
+    let url = line[line.find("http://").unwrap()..].split_whitespace().next().unwrap().to_owned();
+    let address = url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let read = Instant::now();
+    let json_bytes = get(&address, "/status.json").await;
+    let read_ms = read.elapsed().as_secs_f64() * 1000.0;
+    let renders = first_renders(&url).await;
+    println!(
+        "{shards} shards (a table only): first render {:.0} ms (median of 5; {renders:?}); status.json {:.0} KiB, read from the tables in {read_ms:.0} ms",
+        renders[renders.len() / 2],
+        json_bytes as f64 / 1024.0,
+    );
+    dashboard.kill().await;
+}
+
 #[tokio::main]
 async fn main() {
     let shards: i32 = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(200);
+    if std::env::args().any(|a| a == "table") {
+        table(shards as usize).await;
+        return;
+    }
     let aws = clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("bench-dashboard"), shards).await;
     let application = unique("bench-dashboard-app");
@@ -66,16 +127,7 @@ async fn main() {
     let producer = kcl_testkit::producer::Producer::start(&stream, "bench", Duration::from_secs(1)).await;
     tokio::time::sleep(Duration::from_secs(15)).await;
 
-    let output = tokio::process::Command::new("node")
-        .args(["benches/dashboard/render.mjs", &format!("http://{admin}/"), "5"])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .output()
-        .await
-        .expect("node runs");
-    assert!(output.status.success(), "render.mjs: {}", String::from_utf8_lossy(&output.stderr));
-    let timings: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let mut renders: Vec<f64> = timings["first_render_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-    renders.sort_by(f64::total_cmp);
+    let renders = first_renders(&format!("http://{admin}/")).await;
     let json_bytes = get(&admin, "/status.json").await;
 
     let mut without = Vec::new();
