@@ -52,6 +52,25 @@ async fn totals_become_produced(aws: &AwsClients, table: &str, stream: &TestStre
     }
 }
 
+/// Reads `status --json` until a shard's progress names its open window
+/// (what the dashboard shows), and checks it is a window's start.
+async fn open_window_reported(application: &str) {
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let (code, text) = run_to_exit(&["status", "--application", application, "--json"], &[("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str())]).await;
+        assert_eq!(code, 0, "{text}");
+        let report: serde_json::Value = serde_json::Deserializer::from_str(&text).into_iter().next().unwrap().unwrap();
+        let starts: Vec<i64> = report["shards"].as_array().unwrap().iter().filter_map(|row| row["progress"]["window_start_ms"].as_i64()).collect();
+        if let Some(start) = starts.first() {
+            assert_eq!(start % WINDOW_MS, 0, "a window starts on a multiple of its length: {start}");
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no shard's progress names an open window: {report}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 fn closed(log: &[String]) -> usize {
     count_lines(log, "closed window [")
 }
@@ -113,6 +132,7 @@ async fn totals_exact_while_workers_are_killed(guest_name: &str) {
     let purchases = Purchases::start(&stream, 20, 6);
     first.wait_for("a window closed", LIMIT, |log| closed(log) >= 2).await;
     second.wait_for("a window closed", LIMIT, |log| closed(log) >= 2).await;
+    open_window_reported(&application).await;
 
     // kill -9 one worker, then the other once a third has taken leases and closed windows.
     first.kill().await;

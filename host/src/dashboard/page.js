@@ -145,6 +145,7 @@ function failures(report) {
 
 function shards(report, rates, now) {
   const withState = report.shards.some((r) => r.state_size);
+  const withWindows = report.shards.some((r) => r.progress && r.progress.window_start_ms != null);
   const groups = new Map();
   for (const row of report.shards) {
     const stream = row.stream || "";
@@ -155,7 +156,7 @@ function shards(report, rates, now) {
   for (const [stream, rows] of groups) {
     if (stream) html += `<div class="stream">stream ${esc(stream)}</div>`;
     html += `<table><tr><th>Shard</th><th>State</th><th>Owner</th><th>Version</th><th class="num">Records/s</th><th>last 5 min</th>` +
-      `<th class="num">Behind</th><th class="num">Checkpoint moved</th><th>Checkpoint</th><th class="num">Parallel</th>${withState ? '<th class="num">State</th>' : ""}</tr>`;
+      `<th class="num">Behind</th><th class="num">Checkpoint moved</th><th>Checkpoint</th><th class="num">Parallel</th>${withWindows ? '<th class="num">Open window</th>' : ""}${withState ? '<th class="num">State</th>' : ""}</tr>`;
     for (const row of rows) {
       const p = row.progress || {};
       const rate = rates.get(row.shard);
@@ -163,13 +164,15 @@ function shards(report, rates, now) {
       const moved = row.state === "shard-end" ? "–" : mark.moved ? `${seconds(now - mark.since)} ago` : `≥ ${seconds(now - mark.since)} ago`;
       const parallel = row.in_flight ? `${row.in_flight.calls}/${row.in_flight.instances}` : "";
       const state = row.state_size ? `${count(row.state_size.keys)} keys, ${(row.state_size.bytes / 1048576).toFixed(1)} MiB` : "";
+      const window = p.window_start_ms == null ? "" : `from ${new Date(p.window_start_ms).toLocaleTimeString()}`;
       html += `<tr data-shard="${esc(row.shard)}" data-state="${row.state}" data-owner="${esc(row.owner || "")}" data-processor="${esc(p.processor || "")}">` +
         `<td class="mono">${esc(shardId(row.shard))}</td><td><span class="badge state-${row.state}">${row.state === "shard-end" ? "SHARD_END" : row.state}</span></td>` +
         `<td>${esc(row.owner || "–")}</td><td class="mono">${esc(p.processor || "")}</td>` +
         `<td class="num">${rate == null ? "" : count(rate)}</td><td>${sparkline(row.shard)}</td>` +
         `<td class="num">${seconds(p.millis_behind ?? row.lag_ms)}</td><td class="num">${moved}</td>` +
         `<td class="mono muted" title="${esc(row.checkpoint)}">${esc(row.checkpoint.length > 18 ? `…${row.checkpoint.slice(-14)}` : row.checkpoint)}</td>` +
-        `<td class="num">${parallel}</td>${withState ? `<td class="num">${state}</td>` : ""}</tr>`;
+        `<td class="num">${parallel}</td>${withWindows ? `<td class="num" data-window-start="${p.window_start_ms ?? ""}">${window}</td>` : ""}` +
+        `${withState ? `<td class="num">${state}</td>` : ""}</tr>`;
     }
     html += "</table>";
   }

@@ -1,7 +1,7 @@
 //! Each shard's progress as its worker reports it to `status` and the
 //! dashboard: records processed since the worker took the lease, how far its
 //! last batch was behind the stream's tip, the processor version it runs
-//! (during a rollout, the canary's differs), records given up on. A reader
+//! (during a rollout, the canary's differs), its open window, records given up on. A reader
 //! draws throughput from two readings of `records`.
 //!
 //! Kept out of the heartbeat row on purpose: DynamoDB bills an `UpdateItem`
@@ -42,6 +42,9 @@ pub struct Progress {
     /// The processor version the shard runs: its hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processor: Option<String>,
+    /// With `--window`: the start of the shard's open window (ms since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_start_ms: Option<u64>,
     /// Records the failure policy wrote to the failure target.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dead_lettered: u64,

@@ -55,9 +55,15 @@ impl ShardMetrics {
         self.metrics.restarts.get_or_create(&self.labels).inc();
     }
 
+    /// A window starting at `start_ms` is open now.
+    pub fn window_opened(&self, start_ms: u64) {
+        self.metrics.progress.update(&self.lease, |p| p.window_start_ms = Some(start_ms));
+    }
+
     /// A window's close was committed.
     pub fn window_closed(&self) {
         self.metrics.windows_closed.get_or_create(&self.labels).inc();
+        self.metrics.progress.update(&self.lease, |p| p.window_start_ms = None);
     }
 
     /// The failure policy did `action` once: `retry`, `bisect`, `dead-letter` or `skipped`.

@@ -93,6 +93,7 @@ impl<S: LeaseStore> ShardLoop<S> {
             self.close_window(instance, open).await?;
         }
         self.windows.with_index(|index| index.open_at(start_ms));
+        self.metrics.window_opened(start_ms);
         Ok(())
     }
 
