@@ -39,26 +39,50 @@ const EXPLICIT_HASH_KEY = 2;
 const utf8 = new TextEncoder();
 const fromUtf8 = new TextDecoder();
 
-/** One Kinesis record, as the producer wrote it. */
+/** One Kinesis record, as the producer wrote it: a view into its batch's
+ * columns, each field read when it is first used (a processor that reads
+ * only `json()` pays for nothing else). */
 export class Record {
-  constructor(fields) {
-    /** @type {Uint8Array} */
-    this.data = fields.data;
-    this.partitionKey = fields.partitionKey;
-    this.sequenceNumber = fields.sequenceNumber;
-    /** Set (a bigint) for a user record de-aggregated from a KPL record. */
-    this.subSequenceNumber = fields.subSequenceNumber;
-    /** When Kinesis accepted the record, in milliseconds since the Unix epoch. */
-    this.approximateArrivalMs = fields.approximateArrivalMs;
-    /** `undefined` when the producer set none. */
-    this.explicitHashKey = fields.explicitHashKey;
+  constructor(batch, index) {
+    this._batch = batch;
     /** The record's index in its batch. */
-    this.index = fields.index;
+    this.index = index;
+  }
+
+  /** @type {Uint8Array} The payload (a view of the batch's buffer). */
+  get data() {
+    const c = this._batch._c;
+    const i = this.index;
+    return c.data.subarray(i ? c.dataEnds[i - 1] : 0, c.dataEnds[i]);
+  }
+
+  get partitionKey() {
+    return this._batch._keys(this.index);
+  }
+
+  get sequenceNumber() {
+    return this._batch._sequenceNumbers(this.index);
+  }
+
+  /** Set (a bigint) for a user record de-aggregated from a KPL record. */
+  get subSequenceNumber() {
+    const c = this._batch._c;
+    return c.flags[this.index] & AGGREGATED ? c.subSequenceNumbers[this.index] : undefined;
+  }
+
+  /** When Kinesis accepted the record, in milliseconds since the Unix epoch. */
+  get approximateArrivalMs() {
+    return Number(this._batch._c.arrivalTimestampsMs[this.index]);
+  }
+
+  /** `undefined` when the producer set none. */
+  get explicitHashKey() {
+    return this._batch._c.flags[this.index] & EXPLICIT_HASH_KEY ? this._batch._hashKeys(this.index) : undefined;
   }
 
   /** The data as UTF-8 text. */
   text() {
-    return fromUtf8.decode(this.data);
+    return this._batch._text(this.index);
   }
 
   /** The data parsed as JSON (throws a SyntaxError when it is not JSON). */
@@ -85,6 +109,9 @@ export class Batch {
     this._keys = stringColumn(columns.partitionKeys, columns.partitionKeyEnds);
     this._sequenceNumbers = stringColumn(columns.sequenceNumbers, columns.sequenceNumberEnds);
     this._hashKeys = stringColumn(columns.explicitHashKeys, columns.explicitHashKeyEnds);
+    // The whole batch's data as text, decoded once on the first text(): when
+    // each byte is one character (ASCII), record i's text is a slice of it.
+    this._allText = undefined;
     /** How far this batch is behind the tip of the shard (0 when caught up). */
     this.millisBehindLatest = Number(columns.millisBehindLatest);
   }
@@ -93,25 +120,27 @@ export class Batch {
     return this._c.dataEnds.length;
   }
 
+  _text(i) {
+    const c = this._c;
+    const start = i ? c.dataEnds[i - 1] : 0;
+    if (this._allText === undefined) {
+      const all = fromUtf8.decode(c.data);
+      this._allText = all.length === c.data.length ? all : null;
+    }
+    if (this._allText !== null) return this._allText.slice(start, c.dataEnds[i]);
+    return fromUtf8.decode(c.data.subarray(start, c.dataEnds[i]));
+  }
+
   /** Record `i` (negative counts from the end), or `undefined` past either end. */
   at(i) {
     if (i < 0) i += this.length;
     if (!(i >= 0 && i < this.length)) return undefined;
-    const c = this._c;
-    const flags = c.flags[i];
-    return new Record({
-      data: c.data.subarray(i ? c.dataEnds[i - 1] : 0, c.dataEnds[i]),
-      partitionKey: this._keys(i),
-      sequenceNumber: this._sequenceNumbers(i),
-      subSequenceNumber: flags & AGGREGATED ? c.subSequenceNumbers[i] : undefined,
-      approximateArrivalMs: Number(c.arrivalTimestampsMs[i]),
-      explicitHashKey: flags & EXPLICIT_HASH_KEY ? this._hashKeys(i) : undefined,
-      index: i,
-    });
+    return new Record(this, i);
   }
 
   *[Symbol.iterator]() {
-    for (let i = 0; i < this.length; i++) yield this.at(i);
+    const n = this.length;
+    for (let i = 0; i < n; i++) yield new Record(this, i);
   }
 }
 

@@ -56,21 +56,56 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
 class Record:
-    """One Kinesis record, as the producer wrote it."""
+    """One Kinesis record, as the producer wrote it: a view into its batch's
+    columns, each field read when it is first used (a processor that reads
+    only ``data`` pays for nothing else)."""
 
-    data: bytes
-    partition_key: str
-    sequence_number: str
-    #: Set for a user record de-aggregated from a KPL record.
-    sub_sequence_number: Optional[int]
-    #: When Kinesis accepted the record, in milliseconds since the Unix epoch.
-    approximate_arrival_ms: int
-    #: ``None`` when the producer set none.
-    explicit_hash_key: Optional[str]
-    #: The record's index in its batch.
-    index: int
+    __slots__ = ("_batch", "index")
+
+    def __init__(self, batch: "Batch", index: int):
+        self._batch = batch
+        #: The record's index in its batch.
+        self.index = index
+
+    @property
+    def data(self) -> bytes:
+        """The payload."""
+        c, i = self._batch._c, self.index
+        ends = c.data_ends
+        return c.data[ends[i - 1] if i else 0 : ends[i]]
+
+    @property
+    def partition_key(self) -> str:
+        return self._batch._keys(self.index)
+
+    @property
+    def sequence_number(self) -> str:
+        return self._batch._sequence_numbers(self.index)
+
+    @property
+    def sub_sequence_number(self) -> Optional[int]:
+        """Set for a user record de-aggregated from a KPL record."""
+        c, i = self._batch._c, self.index
+        return c.sub_sequence_numbers[i] if c.flags[i] & Batch._AGGREGATED else None
+
+    @property
+    def approximate_arrival_ms(self) -> int:
+        """When Kinesis accepted the record, in milliseconds since the Unix epoch."""
+        return self._batch._c.arrival_timestamps_ms[self.index]
+
+    @property
+    def explicit_hash_key(self) -> Optional[str]:
+        """``None`` when the producer set none."""
+        c, i = self._batch._c, self.index
+        return self._batch._hash_keys(i) if c.flags[i] & Batch._EXPLICIT_HASH_KEY else None
+
+    def __eq__(self, other) -> bool:
+        fields = ("data", "partition_key", "sequence_number", "sub_sequence_number", "approximate_arrival_ms", "explicit_hash_key", "index")
+        return isinstance(other, Record) and all(getattr(self, f) == getattr(other, f) for f in fields)
+
+    def __repr__(self) -> str:
+        return f"Record(sequence_number={self.sequence_number!r}, partition_key={self.partition_key!r}, data={self.data!r})"
 
 
 def _span(ends: Sequence[int], i: int) -> Tuple[int, int]:
@@ -105,27 +140,16 @@ class Batch(Sequence[Record]):
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+            return [Record(self, j) for j in range(*i.indices(len(self)))]
+        n = len(self)
         if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
+            i += n
+        if not 0 <= i < n:
             raise IndexError(i)
-        c = self._c
-        flags = c.flags[i]
-        ds, de = _span(c.data_ends, i)
-        hash_key = self._hash_keys(i) if flags & self._EXPLICIT_HASH_KEY else None
-        return Record(
-            data=c.data[ds:de],
-            partition_key=self._keys(i),
-            sequence_number=self._sequence_numbers(i),
-            sub_sequence_number=c.sub_sequence_numbers[i] if flags & self._AGGREGATED else None,
-            approximate_arrival_ms=c.arrival_timestamps_ms[i],
-            explicit_hash_key=hash_key,
-            index=i,
-        )
+        return Record(self, i)
 
     def __iter__(self) -> Iterator[Record]:
-        return (self[i] for i in range(len(self)))
+        return map(Record, [self] * len(self), range(len(self)))
 
 
 @dataclass(frozen=True)
