@@ -102,6 +102,8 @@ async fn the_page_shows_the_seeds_split_a_failover_and_a_rollout_as_they_happen(
     assert_eq!(rollout(&dom)["data-on-wanted"], "1", "the canary shows before the rest swap (one shard on {wanted}):\n{dom}");
     let on_wanted: Vec<_> = shard_rows(&dom).into_iter().filter(|(_, row)| row["data-processor"] == wanted).map(|(shard, _)| shard).collect();
     assert_eq!(on_wanted.len(), 1, "one canary shard: {on_wanted:?}");
+    let trials: Vec<_> = elements_with(&dom, "data-worker").into_iter().map(|w| (w["data-worker"].clone(), w["data-trial"].clone())).collect();
+    assert!(trials.contains(&("worker-1".to_owned(), wanted.clone())), "worker-1's rollout shows the version on trial: {trials:?}");
     browser::screenshot(&url, &screenshot_path("rollout"), 1400, 1000).await;
     browser::dom_until(&url, "every shard on the deployed version", LIMIT, |dom| rollout(dom).get("data-on-wanted").is_some_and(|n| n == "2")).await;
 

@@ -104,6 +104,9 @@ class Record:
         fields = ("data", "partition_key", "sequence_number", "sub_sequence_number", "approximate_arrival_ms", "explicit_hash_key", "index")
         return isinstance(other, Record) and all(getattr(self, f) == getattr(other, f) for f in fields)
 
+    def __hash__(self) -> int:
+        return hash((self.sequence_number, self.sub_sequence_number))
+
     def __repr__(self) -> str:
         return f"Record(sequence_number={self.sequence_number!r}, partition_key={self.partition_key!r}, data={self.data!r})"
 

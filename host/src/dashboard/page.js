@@ -233,12 +233,16 @@ function workers(report) {
     const kind = w.heartbeat_age_ms != null ? "kcl-host" : w.kcl3_report_age_ms != null ? "Java KCL 3.x" : "other (Java KCL?)";
     const beat = w.heartbeat_age_ms != null ? `${seconds(w.heartbeat_age_ms)} ago` : w.kcl3_report_age_ms != null ? `3.x report ${seconds(w.kcl3_report_age_ms)} ago` : "–";
     const open = active.get(w.worker) || 0;
+    const r = w.rollout || {};
+    const trial = r.canary ? `<code>${esc(r.trial)}</code> on its canary ${esc(shardId(r.canary))}`
+      : r.probation_until_ms ? `<code>${esc(r.trial)}</code> on probation for ${seconds(Math.max(0, r.probation_until_ms - Date.now()))}` : "";
+    const rolledBack = (r.rolled_back || []).length ? ` <span class="bad">rolled back: ${r.rolled_back.map(esc).join(", ")}</span>` : "";
     const ended = w.leases - open > 0 ? ` <span class="muted">+${w.leases - open} ended</span>` : "";
-    return `<tr data-worker="${esc(w.worker)}" data-leases="${w.leases}" data-active="${open}"><td>${esc(w.worker)}</td><td>${kind}</td>` +
-      `<td class="num">${open} / ${share}${ended}</td><td class="num">${beat}</td><td class="mono">${esc(w.processor || "–")}</td></tr>`;
+    return `<tr data-worker="${esc(w.worker)}" data-leases="${w.leases}" data-active="${open}" data-trial="${esc(r.trial || "")}"><td>${esc(w.worker)}</td><td>${kind}</td>` +
+      `<td class="num">${open} / ${share}${ended}</td><td class="num">${beat}</td><td class="mono">${esc(w.processor || "–")}</td><td>${trial}${rolledBack}</td></tr>`;
   }).join("");
   const unreadable = report.unreadable.map((k) => `<div class="muted">unreadable row: <code>${esc(k)}</code> (left as it is)</div>`).join("");
-  return `<table><tr><th>Worker</th><th>Kind</th><th class="num">Open leases / share</th><th class="num">Heartbeat</th><th>Processor</th></tr>${rows}</table>${unreadable}`;
+  return `<table><tr><th>Worker</th><th>Kind</th><th class="num">Open leases / share</th><th class="num">Heartbeat</th><th>Processor</th><th>Rollout</th></tr>${rows}</table>${unreadable}`;
 }
 
 function draw(report) {

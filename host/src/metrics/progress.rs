@@ -31,6 +31,9 @@ const PROGRESS: &str = "progress/";
 /// The attribute that holds the shards' progress, as JSON.
 const SHARDS: &str = "shards";
 
+/// The attribute that holds the worker's [`RolloutReport`], as JSON.
+const ROLLOUT: &str = "rollout";
+
 /// One shard's progress on its current worker.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Progress {
@@ -57,16 +60,34 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// The progress of a worker's shards, by lease key.
+/// Where this worker's rollout of a new processor version stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutReport {
+    /// The version on trial (its hash), while one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<String>,
+    /// The shard running it first, while it is on its canary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<String>,
+    /// When its probation ends (ms since the Unix epoch), once every shard runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probation_until_ms: Option<u64>,
+    /// Versions rolled back on this worker (and blocked for its life).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rolled_back: Vec<String>,
+}
+
+/// The progress of a worker's shards, by lease key, and of its rollout.
 pub struct ProgressBoard {
     shards: ShardBoard<Progress>,
+    rollout: std::sync::Mutex<RolloutReport>,
     /// A shard changed version: written at once, so a rollout's canary shows.
     news: Notify,
 }
 
 impl Default for ProgressBoard {
     fn default() -> Self {
-        Self { shards: ShardBoard::new(SHARDS), news: Notify::new() }
+        Self { shards: ShardBoard::new(SHARDS), rollout: Default::default(), news: Notify::new() }
     }
 }
 
@@ -79,6 +100,12 @@ impl ProgressBoard {
     /// The shard leased as `lease` runs `processor` now.
     pub fn running(&self, lease: &str, processor: &str) {
         self.shards.update(lease, |p| p.processor = Some(processor.to_owned()));
+        self.news.notify_one();
+    }
+
+    /// The worker's rollout stands at `report` now.
+    pub fn rollout(&self, report: RolloutReport) {
+        *self.rollout.lock().expect("not poisoned") = report;
         self.news.notify_one();
     }
 
@@ -96,10 +123,11 @@ pub async fn write_every(table: KeyedTable, worker: String, board: std::sync::Ar
             () = tokio::time::sleep(PERIOD) => {}
             () = board.news.notified() => {}
         }
-        let now = board.shards.snapshot();
+        let now = (board.shards.snapshot(), board.rollout.lock().expect("not poisoned").clone());
         if written.as_ref() == Some(&now) {
             continue;
         }
+        let rollout = serde_json::to_string(&now.1).expect("a rollout report serializes");
         let [(_, shards)] = <[_; 1]>::try_from(board.shards.report()).expect("a board reports one attribute");
         let put = table
             .client
@@ -107,7 +135,8 @@ pub async fn write_every(table: KeyedTable, worker: String, board: std::sync::Ar
             .table_name(&table.name)
             .item("key", AttributeValue::S(format!("{PROGRESS}{worker}")))
             .item("atMillis", AttributeValue::N(crate::clock::unix_ms().to_string()))
-            .item(SHARDS, shards.unwrap_or(AttributeValue::S("{}".into())));
+            .item(SHARDS, shards.unwrap_or(AttributeValue::S("{}".into())))
+            .item(ROLLOUT, AttributeValue::S(rollout));
         match put.send().await {
             Ok(_) => written = Some(now),
             Err(e) => tracing::debug!("could not write this worker's progress row (status shows it older): {}", table.error("PutItem (progress)", e)),
@@ -132,6 +161,17 @@ pub fn reported(read: &ControlRead) -> BTreeMap<(String, String), Progress> {
         all.extend(shards.into_iter().map(|(shard, progress)| ((worker.to_owned(), shard), progress)));
     }
     all
+}
+
+/// Every worker's reported rollout in a read of the control table, by worker.
+pub fn reported_rollouts(read: &ControlRead) -> BTreeMap<String, RolloutReport> {
+    read.others
+        .iter()
+        .filter_map(|item| {
+            let (Some(AttributeValue::S(key)), Some(AttributeValue::S(json))) = (item.get("key"), item.get(ROLLOUT)) else { return None };
+            Some((key.strip_prefix(PROGRESS)?.to_owned(), serde_json::from_str(json).ok()?))
+        })
+        .collect()
 }
 
 #[cfg(test)]

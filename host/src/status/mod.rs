@@ -15,7 +15,7 @@ use crate::config::duration;
 use crate::clock;
 use crate::fetch::StartingPosition;
 use crate::lease::heartbeat::HeartbeatTable;
-use crate::metrics::progress::{self, Progress};
+use crate::metrics::progress::{self, Progress, RolloutReport};
 use crate::swap::deploy::{Deployed, Version};
 use crate::failure::retrying::Retrying;
 use crate::worker::in_flight::InFlight;
@@ -129,6 +129,10 @@ pub struct WorkerRow {
     /// The processor it runs, as its heartbeat reports it: the hash, with
     /// `(name@version)` when the component has them.
     pub processor: Option<String>,
+    /// Its rollout of a new version (canary, probation, versions rolled
+    /// back), as its progress row reports it; absent when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutReport>,
 }
 
 /// What `kcl-host status` shows.
@@ -171,6 +175,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
     };
     let deployed = Deployed::in_read(&control);
     let progress = progress::reported(&control);
+    let rollouts = progress::reported_rollouts(&control);
     let heartbeats = control.heartbeats;
     let running: HashMap<&str, Version> = heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), Version::running(h)?))).collect();
     let now = clock::unix_ms();
@@ -231,6 +236,7 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
             heartbeat_age_ms: ages.get(worker.as_str()).copied().flatten(),
             kcl3_report_age_ms: scan.kcl3_workers.get(&worker).map(|lut| now.saturating_sub(lut * 1000)),
             processor: running.get(worker.as_str()).map(|version| version.describe()),
+            rollout: rollouts.get(&worker).filter(|r| **r != RolloutReport::default()).cloned(),
             worker,
             leases,
         })
@@ -343,12 +349,21 @@ mod tests {
             })
             .collect();
         let workers = vec![
-            WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500), kcl3_report_age_ms: None, processor: Some("9f2c1ab3d4e5".into()) },
-            WorkerRow { worker: "java-3".into(), leases: 0, heartbeat_age_ms: None, kcl3_report_age_ms: Some(12_400), processor: None },
+            WorkerRow { worker: "w".repeat(80), leases: 64, heartbeat_age_ms: Some(1500), kcl3_report_age_ms: None, processor: Some("9f2c1ab3d4e5".into()), rollout: None },
+            WorkerRow { worker: "java-3".into(), leases: 0, heartbeat_age_ms: None, kcl3_report_age_ms: Some(12_400), processor: None, rollout: None },
+            WorkerRow {
+                worker: "kcl-2".into(),
+                leases: 0,
+                heartbeat_age_ms: Some(500),
+                kcl3_report_age_ms: None,
+                processor: Some("1a2b3c4d5e6f".into()),
+                rollout: Some(RolloutReport { trial: Some("9f2c1ab3d4e5".into()), canary: Some("shardId-000000000004".into()), probation_until_ms: None, rolled_back: vec!["0badc0ffee00".into()] }),
+            },
         ];
         let deployed = Some(DeployedRow { processor: "9f2c1ab3d4e5".into(), source: format!("/{}", "d/".repeat(60)), previous: Some("1a2b3c4d5e6f".into()) });
         let text = render(&Report { application: "orders".into(), shards, workers, deployed, unreadable: vec![] });
         assert!(text.contains("9f2c1ab3d4e5\n"), "{text}");
+        assert!(text.contains("kcl-2 rollout: 9f2c1ab3d4e5 on its canary shardId-000000000004; rolled back: 0badc0ffee00\n"), "{text}");
         assert!(text.contains("java-3                                        0  3.x report 12s ago"), "a Java KCL 3.x worker holding nothing yet: {text}");
         let detail = |l: &&str| l.contains(" retrying ") || l.contains(" instances: ") || l.contains(" state: ");
         assert_eq!(text.lines().filter(|l| l.starts_with("shardId-") && !detail(l)).count(), 64);

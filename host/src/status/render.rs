@@ -94,6 +94,20 @@ pub fn render(report: &Report) -> String {
         let processor = fit(worker.processor.as_deref().unwrap_or("-"), 30);
         out.push_str(&format!("{:<40} {:>6}  {beat:<20} {processor}\n", fit(&worker.worker, 40), worker.leases));
     }
+    for worker in &report.workers {
+        let Some(rollout) = &worker.rollout else { continue };
+        let mut line = format!("{} rollout:", worker.worker);
+        match (&rollout.trial, &rollout.canary, rollout.probation_until_ms) {
+            (Some(trial), Some(canary), _) => line.push_str(&format!(" {trial} on its canary {canary};")),
+            (Some(trial), None, Some(until)) => line.push_str(&format!(" {trial} on probation for {}s more;", until.saturating_sub(now) / 1000)),
+            _ => {}
+        }
+        if !rollout.rolled_back.is_empty() {
+            line.push_str(&format!(" rolled back: {};", rollout.rolled_back.join(", ")));
+        }
+        out.push_str(&fit(line.trim_end_matches(';'), 100));
+        out.push('\n');
+    }
     if let Some(deployed) = &report.deployed {
         let previous = deployed.previous.as_deref().map_or(String::new(), |p| format!(", rollback to {p}"));
         out.push_str(&fit(&format!("deployed: {} from {}{previous}", deployed.processor, deployed.source), 100));

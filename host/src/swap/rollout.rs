@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::metrics::progress::RolloutReport;
 use crate::metrics::Metrics;
 use crate::runtime::Processor;
 
@@ -137,6 +138,7 @@ impl Rollout {
             if canary.is_some() {
                 tracing::info!(processor = %described, "the latest offer wins: the canary goes back to this version");
                 send_all(&self.current, &shards);
+                self.tell();
             } else {
                 tracing::info!(processor = %described, "every shard runs this version already");
             }
@@ -159,6 +161,7 @@ impl Rollout {
         let everywhere_since = canary.is_none().then(Instant::now);
         let offered = Instant::now();
         self.candidate = Some(Candidate { processor, previous, canary, offered, ok_batches: 0, failures: 0, everywhere_since });
+        self.tell();
     }
 
     /// `shard` was processed to its end. When it was the canary, the rest
@@ -210,6 +213,7 @@ impl Rollout {
         if trial.everywhere_since.is_some_and(|since| since.elapsed() >= PROBATION) {
             tracing::info!(processor = trial.processor.describe(), "the new version passed its probation");
             self.candidate = None;
+            self.tell();
         }
     }
 
@@ -222,6 +226,7 @@ impl Rollout {
         let processor = trial.processor.clone();
         send_all(&processor, &shards);
         self.settle(processor);
+        self.tell();
     }
 
     fn roll_back(&mut self, shards: Shards<'_>) {
@@ -236,6 +241,22 @@ impl Rollout {
         self.blocked.insert(trial.processor.hash().to_owned());
         send_all(&trial.previous, &shards);
         self.settle(trial.previous);
+        self.tell();
+    }
+
+    /// Reports where the rollout stands in the worker's progress row, for
+    /// `status` and the dashboard.
+    fn tell(&self) {
+        let trial = self.candidate.as_ref();
+        let probation_left = trial.and_then(|trial| trial.everywhere_since).map(|since| PROBATION.saturating_sub(since.elapsed()));
+        let mut rolled_back: Vec<String> = self.blocked.iter().cloned().collect();
+        rolled_back.sort();
+        self.metrics.progress().rollout(RolloutReport {
+            trial: trial.map(|trial| trial.processor.hash().to_owned()),
+            canary: trial.and_then(|trial| trial.canary.clone()),
+            probation_until_ms: probation_left.map(|left| crate::clock::unix_ms() + left.as_millis() as u64),
+            rolled_back,
+        });
     }
 }
 
