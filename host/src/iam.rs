@@ -108,8 +108,9 @@ const LEASE_TABLE: &[&str] = &[
     "dynamodb:DeleteItem",
     "dynamodb:ConditionCheckItem",
 ];
-/// The control table: each worker's heartbeat row, the deploy row.
-const CONTROL_TABLE: &[&str] = &["dynamodb:DescribeTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:UpdateItem", "dynamodb:DeleteItem"];
+/// The control table: each worker's heartbeat row (updated) and progress
+/// row (put), the deploy row.
+const CONTROL_TABLE: &[&str] = &["dynamodb:DescribeTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"];
 /// The state table, made on the first use of state or windows: read in
 /// batches, written with the checkpoints, a large commit's redo log put
 /// and deleted. Always granted: a version deployed later may use state.

@@ -270,17 +270,17 @@ async fn a_partial_failure_checkpoints_the_records_before_it_and_unlimited_retri
         series(&metrics, "kcl_host_retry_attempts", Some(&shard)).is_some_and(|n| n >= 3.0)
     })
     .await;
-    let text = std::cell::RefCell::new(String::new());
-    until("status to show the shard retrying", || async {
-        let status = run_to_exit(&["status", "--application", application], &[]).await.1;
-        text.replace(status);
-        text.borrow().contains(" retrying ")
+    // The heartbeat reports the failures up to a beat after the metrics count them.
+    let json = std::cell::RefCell::new(Value::Null);
+    until("status to show the three failures", || async {
+        json.replace(serde_json::from_str(&run_to_exit(&["status", "--application", application, "--json"], &[]).await.1).unwrap());
+        json.borrow()["shards"][0]["retrying"]["attempts"].as_u64().is_some_and(|n| n >= 3)
     })
     .await;
-    let text = text.into_inner();
+    let json = json.into_inner();
+    let text = run_to_exit(&["status", "--application", application], &[]).await.1;
     let line = text.lines().find(|l| l.starts_with(&format!("{shard} retrying "))).unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains(" failures (no limit: blocked): processor failed at record 0"), "{line}");
-    let json: Value = serde_json::from_str(&run_to_exit(&["status", "--application", application, "--json"], &[]).await.1).unwrap();
     let retrying = &json["shards"][0]["retrying"];
     assert_eq!(json["shards"][0]["state"], "retrying");
     assert!(retrying["attempts"].as_u64().is_some_and(|n| n >= 3) && retrying["limit"].is_null(), "{json}");

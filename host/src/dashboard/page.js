@@ -97,8 +97,9 @@ function versions(report) {
 function rollout(report) {
   const counts = versions(report);
   const wanted = report.deployed ? hashOf(report.deployed.processor) : null;
-  const colour = new Map([...counts.keys()].sort((a, b) => (a === wanted) - (b === wanted)).map((h, i) => [h, VERSION_COLOURS[i % VERSION_COLOURS.length]]));
-  if (wanted) colour.set(wanted, VERSION_COLOURS[0]);
+  // The deployed version first (green), every other in the next colours.
+  const order = [...counts.keys()].sort((a, b) => (b === wanted) - (a === wanted));
+  const colour = new Map(order.map((h, i) => [h, VERSION_COLOURS[(i + (wanted && !counts.has(wanted) ? 1 : 0)) % VERSION_COLOURS.length]]));
   const running = [...counts.values()].reduce((a, b) => a + b, 0);
   const onWanted = wanted ? counts.get(wanted) || 0 : 0;
   let text;
