@@ -5,7 +5,6 @@
 //! its bytes), which only a client on the same host may call.
 //! Give it a loopback address unless something outside the host must scrape it.
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +12,10 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::clock;
+use crate::http::{reply, serve_http};
 use crate::dashboard::Dashboard;
 use crate::lease::coordinator::Liveness;
 use crate::metrics::Metrics;
@@ -125,30 +124,6 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Hea
         }
     })
     .await
-}
-
-/// Serves HTTP/1 on `listener` until aborted, each request answered by
-/// `answer` (given the peer's address).
-pub(crate) async fn serve_http<A, F>(listener: TcpListener, answer: A)
-where
-    A: Fn(Request<hyper::body::Incoming>, std::net::SocketAddr) -> F + Clone + Send + Sync + 'static,
-    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
-{
-    loop {
-        let Ok((stream, peer)) = listener.accept().await else { continue };
-        let answer = answer.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let response = answer(request, peer);
-                async move { Ok::<_, Infallible>(response.await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
-}
-
-pub(crate) fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
-    Response::builder().status(status).header("content-type", content_type).body(Full::new(Bytes::from(body))).expect("a valid response")
 }
 
 /// `POST /swap`: the body is the component (sent as `application/wasm`, or

@@ -19,6 +19,7 @@ pub mod failure;
 pub mod fanout;
 pub mod fetch;
 pub mod hedge;
+pub mod http;
 pub mod iam;
 pub mod init;
 pub mod lease;

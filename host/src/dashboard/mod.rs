@@ -18,10 +18,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::admin::{reply, serve_http};
+use crate::http::{reply, serve_http};
 use crate::aws::AwsClients;
 use crate::cli::DashboardArgs;
-use crate::config::duration;
 use crate::status;
 
 /// The page, its style and its script.
@@ -103,8 +102,7 @@ fn with_headers(mut response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
 /// `kcl-host dashboard`: serves the page until interrupted.
 pub async fn command(args: DashboardArgs) -> Result<(), String> {
     let clients = AwsClients::from_env(&args.aws.settings()).await.map_err(|e| e.to_string())?;
-    let default_failover = crate::lease::rules::TakeSettings::default().failover_time;
-    let failover = duration("failover_time", args.failover_time.as_deref(), default_failover).map_err(|e| e.to_string())?;
+    let failover = status::failover_time(args.failover_time.as_deref())?;
     let dashboard = Arc::new(Dashboard::new(clients, &args.application, failover, args.state));
     // Said before serving: a first reading that fails tells the operator now, not in the page.
     status::read(&dashboard.clients, &args.application, failover).await.map_err(|e| e.to_string())?;

@@ -293,11 +293,16 @@ pub async fn add_state_sizes(report: &mut Report, clients: &AwsClients) -> Resul
     Ok(())
 }
 
+/// `--failover-time` of the commands that read the tables: the workers'
+/// failover time, past which a heartbeat counts as stopped.
+pub fn failover_time(flag: Option<&str>) -> Result<Duration, String> {
+    duration("failover_time", flag, crate::lease::rules::TakeSettings::default().failover_time).map_err(|e| e.to_string())
+}
+
 /// `kcl-host status`: prints the report once, or (`--watch`) again and again.
 pub async fn command(args: StatusArgs) -> Result<(), String> {
     let clients = AwsClients::from_env(&args.aws.settings()).await.map_err(|e| e.to_string())?;
-    let default_failover = crate::lease::rules::TakeSettings::default().failover_time;
-    let failover = duration("failover_time", args.failover_time.as_deref(), default_failover).map_err(|e| e.to_string())?;
+    let failover = failover_time(args.failover_time.as_deref())?;
     let every = match &args.watch {
         Some(text) => Some(duration("watch", Some(text), Default::default()).map_err(|e| e.to_string())?),
         None => None,
