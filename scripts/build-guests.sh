@@ -19,7 +19,7 @@ if [ ! -d "$sysroot/lib/rustlib/wasm32-wasip2/lib" ]; then
   fi
 fi
 
-guests=(noop counter json-aggregate enrich user-totals window-totals)
+guests=(noop counter json-aggregate enrich user-totals window-totals table-totals)
 packages=()
 for g in "${guests[@]}"; do packages+=(-p "kcl-example-$g"); done
 packages+=(-p kcl-test-guest-faulty -p kcl-test-guest-tagged -p kcl-test-guest-forward -p kcl-test-guest-keyed)
@@ -41,14 +41,14 @@ cargo build --quiet --target wasm32-wasip2 --profile guest -p kcl-test-guest-leg
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy.wasm" examples/build/legacy-v0.1.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_2.wasm" examples/build/legacy-v0.2.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_3.wasm" examples/build/legacy-v0.3.wasm
-for g in counter json-aggregate totals window-totals; do
+for g in counter json-aggregate totals window-totals table-totals; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done
-for g in counter json-aggregate enrich user-totals window-totals; do
+for g in counter json-aggregate enrich user-totals window-totals table-totals; do
   bash scripts/build-python.sh "examples/python/$g" "examples/build/py-$g.wasm" >/dev/null
 done
 bash scripts/build-python.sh tests/python/faulty examples/build/py-faulty.wasm >/dev/null
-for g in counter json-aggregate enrich user-totals window-totals; do
+for g in counter json-aggregate enrich user-totals window-totals table-totals; do
   bash scripts/build-js.sh "examples/js/$g" "examples/build/js-$g.wasm" >/dev/null
 done
 bash scripts/build-js.sh tests/js/faulty examples/build/js-faulty.wasm >/dev/null

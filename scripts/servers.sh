@@ -7,7 +7,8 @@
 #   scripts/servers.sh start --kcl3
 #                              also a second DynamoDB (PyPI moto) that Java
 #                              KCL 3.x can use, for the mixed-fleet test
-#                              (its endpoint: KCL3_DYNAMODB_ENDPOINT)
+#                              (its endpoint: KCL3_DYNAMODB_ENDPOINT), and
+#                              DynamoDB Streams (AWS_ENDPOINT_URL_DYNAMODB_STREAMS)
 #   scripts/servers.sh stop    stop what `start` started (by PID)
 #   scripts/servers.sh env     print the variables that point clients at them
 #
@@ -134,6 +135,9 @@ ENV
       stop; die "moto did not start on port $mport (log above)"
     fi
     echo "export KCL3_DYNAMODB_ENDPOINT=http://127.0.0.1:$mport" >>"$state/env"
+    # moto serves DynamoDB Streams too (dynalite does not): a table made on
+    # it with a stream is read through this endpoint.
+    echo "export AWS_ENDPOINT_URL_DYNAMODB_STREAMS=http://127.0.0.1:$mport" >>"$state/env"
     echo "servers: DynamoDB for Java KCL 3.x (moto) on 127.0.0.1:$mport" >&2
   fi
   echo "servers: Kinesis on 127.0.0.1:$kport, DynamoDB on 127.0.0.1:$dport (variables in .servers/env)" >&2

@@ -36,6 +36,8 @@ cargo test --no-run --quiet "$@"
 # test that hangs fails the run after 50 minutes (the whole suite takes ~10),
 # and cargo's output so far names it ("has been running for over 60 seconds").
 timeout --kill-after=30s 50m cargo test --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+# The Rust guest SDK's own tests (not a default member: its guests build for wasm32).
+cargo test --no-fail-fast -p kcl-guest --features json 2>&1 | tee -a "$log" || status=$?
 # One closing line for the whole run (cargo's last line is its doc-tests').
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -18,7 +18,31 @@ export class Record {
   text(): string;
   /** The data parsed as JSON (throws a SyntaxError when it is not JSON). */
   json(): unknown;
+  /** The change a DynamoDB stream record carries; throws a `NotAChange` otherwise. */
+  change(): Change;
 }
+
+/** One change of one item of a DynamoDB table, its attributes as plain values. */
+export interface Change {
+  eventName: "INSERT" | "MODIFY" | "REMOVE";
+  /** The item's primary key attributes. */
+  keys: { [attribute: string]: unknown };
+  /** The item after the change (not on REMOVE, nor on KEYS_ONLY / OLD_IMAGE streams). */
+  newImage?: { [attribute: string]: unknown };
+  /** The item before the change (not on INSERT, nor on KEYS_ONLY / NEW_IMAGE streams). */
+  oldImage?: { [attribute: string]: unknown };
+  sequenceNumber: string;
+  /** When DynamoDB made the change, in milliseconds since the Unix epoch. */
+  approximateCreationMs: number;
+  sizeBytes: number;
+}
+
+/** A record that is not a DynamoDB stream record. */
+export class NotAChange extends Error {}
+
+/** One attribute in DynamoDB JSON as a plain value: `{"N": "12"}` → 12 (a
+ * bigint past 2^53), sets as `Set`s, maps as objects, binary as `Uint8Array`. */
+export function plain(attribute: object): unknown;
 
 /** Records in shard order. */
 export class Batch implements Iterable<Record> {

@@ -89,6 +89,85 @@ export class Record {
   json() {
     return JSON.parse(this.text());
   }
+
+  /** The change this record carries when it was read from a DynamoDB stream
+   * (`--stream <DynamoDB stream ARN>` or `--dynamodb-table T`), the item's
+   * attributes as plain values (see `plain`); throws a `NotAChange` otherwise. */
+  change() {
+    let event;
+    try {
+      event = this.json();
+    } catch (e) {
+      throw new NotAChange(`its data is not JSON: ${e.message}`);
+    }
+    const stream = event?.dynamodb;
+    if (typeof stream !== "object" || !["INSERT", "MODIFY", "REMOVE"].includes(event.eventName)) {
+      throw new NotAChange("no `dynamodb` object and eventName INSERT, MODIFY or REMOVE");
+    }
+    const image = (name) => (stream[name] === undefined ? undefined : plainItem(stream[name]));
+    return {
+      eventName: event.eventName,
+      keys: image("Keys") ?? {},
+      newImage: image("NewImage"),
+      oldImage: image("OldImage"),
+      sequenceNumber: stream.SequenceNumber ?? this.sequenceNumber,
+      approximateCreationMs: Math.round(Number(stream.ApproximateCreationDateTime ?? 0) * 1000),
+      sizeBytes: Number(stream.SizeBytes ?? 0),
+    };
+  }
+}
+
+/** A record that is not a DynamoDB stream record (`record.change()`). */
+export class NotAChange extends Error {
+  constructor(message) {
+    super(`not a DynamoDB stream record: ${message}`);
+    this.name = "NotAChange";
+  }
+}
+
+// A DynamoDB number: a number when it is one exactly, a BigInt when it is a
+// whole number past 2^53, else the nearest float.
+function dynamoNumber(text) {
+  if (/^-?\d+$/.test(text)) {
+    const n = Number(text);
+    return Number.isSafeInteger(n) ? n : BigInt(text);
+  }
+  return Number(text);
+}
+
+const fromBase64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+
+function plainItem(attributes) {
+  return Object.fromEntries(Object.entries(attributes).map(([name, value]) => [name, plain(value)]));
+}
+
+/** One attribute in DynamoDB JSON as a plain value: `{"N": "12"}` → 12,
+ * `{"SS": ["a"]}` → a Set, `{"M": {...}}` → an object, binary → Uint8Array. */
+export function plain(attribute) {
+  const [[kind, value]] = Object.entries(attribute);
+  switch (kind) {
+    case "S":
+    case "BOOL":
+      return value;
+    case "N":
+      return dynamoNumber(value);
+    case "B":
+      return fromBase64(value);
+    case "SS":
+      return new Set(value);
+    case "NS":
+      return new Set(value.map(dynamoNumber));
+    case "BS":
+      return new Set(value.map(fromBase64));
+    case "L":
+      return value.map(plain);
+    case "M":
+      return plainItem(value);
+    case "NULL":
+      return null;
+    default:
+      throw new NotAChange(`unknown attribute type ${kind}`);
+  }
 }
 
 // The host cuts its string columns at UTF-8 byte offsets; JavaScript strings

@@ -18,6 +18,7 @@ use crate::metrics::kcl::Level;
 use crate::metrics::publish::SinkKind;
 use crate::output::TargetSpec;
 use crate::state::state_table_name;
+use crate::stream::{StreamKind, StreamSpec};
 use crate::swap::store::components_table_name;
 
 /// Where the ARNs point: `*` where a part is not known.
@@ -87,6 +88,10 @@ impl Statement {
 
 /// What a worker does on the streams it reads, by `GetRecords`.
 const POLLING: &[&str] = &["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:GetShardIterator", "kinesis:GetRecords"];
+/// What a worker does on the DynamoDB stream it reads.
+const DYNAMODB_STREAM: &[&str] = &["dynamodb:DescribeStream", "dynamodb:GetShardIterator", "dynamodb:GetRecords"];
+/// With `--dynamodb-table`: finding the table's current stream (an action on no resource).
+const LIST_STREAMS: &[&str] = &["dynamodb:ListStreams"];
 /// What a worker does on the streams it reads with enhanced fan-out: it
 /// registers the application's consumer on the stream.
 const FAN_OUT_STREAM: &[&str] = &["kinesis:DescribeStreamSummary", "kinesis:ListShards", "kinesis:RegisterStreamConsumer"];
@@ -145,14 +150,7 @@ pub fn command(args: &IamPolicyArgs) -> Result<(), String> {
 
 /// The policy a worker with `config` needs in `account`.
 pub fn worker_policy(config: &WorkerConfig, account: &Account) -> Policy {
-    let streams: Vec<String> = config.streams.iter().map(|s| account.stream(&s.name)).collect();
-    let mut statement = match config.retrieval {
-        Retrieval::Polling => vec![Statement::allow("ReadStreams", POLLING, streams)],
-        Retrieval::FanOut => {
-            let consumers = streams.iter().map(|s| format!("{s}/consumer/{}:*", config.application)).collect();
-            vec![Statement::allow("ReadStreams", FAN_OUT_STREAM, streams), Statement::allow("ReadThroughConsumer", FAN_OUT_CONSUMER, consumers)]
-        }
-    };
+    let mut statement = read_streams(config, account);
     let targets: Vec<&TargetSpec> = config.outputs.iter().map(|o| &o.target).chain(config.failure.on_failure.as_ref()).collect();
     let target_streams = dedup(targets.iter().filter_map(|t| match t {
         TargetSpec::Kinesis(stream) => Some(account.stream(stream)),
@@ -187,6 +185,30 @@ pub fn worker_policy(config: &WorkerConfig, account: &Account) -> Policy {
     Policy { version: "2012-10-17", statement }
 }
 
+/// What reading the configured streams takes: Kinesis (polling or fan-out),
+/// or one DynamoDB stream (a DynamoDB stream is read alone).
+fn read_streams(config: &WorkerConfig, account: &Account) -> Vec<Statement> {
+    let dynamodb = |spec: &StreamSpec| match spec.kind {
+        StreamKind::Kinesis => None,
+        StreamKind::DynamoDbStream => Some(vec![Statement::allow("ReadTableStream", DYNAMODB_STREAM, vec![spec.name.clone()])]),
+        StreamKind::DynamoDbTable => Some(vec![
+            Statement::allow("ReadTableStream", DYNAMODB_STREAM, vec![format!("{}/stream/*", account.table(&spec.name))]),
+            Statement::allow("FindTableStream", LIST_STREAMS, vec!["*".into()]),
+        ]),
+    };
+    if let Some(statements) = config.streams.iter().find_map(dynamodb) {
+        return statements;
+    }
+    let streams: Vec<String> = config.streams.iter().map(|s| account.stream(&s.name)).collect();
+    match config.retrieval {
+        Retrieval::Polling => vec![Statement::allow("ReadStreams", POLLING, streams)],
+        Retrieval::FanOut => {
+            let consumers = streams.iter().map(|s| format!("{s}/consumer/{}:*", config.application)).collect();
+            vec![Statement::allow("ReadStreams", FAN_OUT_STREAM, streams), Statement::allow("ReadThroughConsumer", FAN_OUT_CONSUMER, consumers)]
+        }
+    }
+}
+
 /// `arns` in order, each once.
 fn dedup(arns: impl Iterator<Item = String>) -> Vec<String> {
     let mut seen = Vec::new();
@@ -213,6 +235,19 @@ mod tests {
 
     fn statement<'a>(policy: &'a serde_json::Value, sid: &str) -> Option<&'a serde_json::Value> {
         policy["Statement"].as_array().unwrap().iter().find(|s| s["Sid"] == sid)
+    }
+
+    #[test]
+    fn a_dynamodb_stream_is_read_by_its_arn_or_by_the_tables_streams() {
+        let arn = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-12-01T00:00:00.000";
+        let by_arn = policy(Layer { stream: Some(arn.into()), application: Some("orders-cdc".into()), ..Default::default() });
+        let read = statement(&by_arn, "ReadTableStream").unwrap();
+        assert_eq!(read["Resource"], serde_json::json!([arn]));
+        assert!(read["Action"].as_array().unwrap().contains(&"dynamodb:GetRecords".into()));
+        assert!(statement(&by_arn, "ReadStreams").is_none() && statement(&by_arn, "FindTableStream").is_none());
+        let by_table = policy(Layer { dynamodb_table: Some("orders".into()), application: Some("orders-cdc".into()), ..Default::default() });
+        assert_eq!(statement(&by_table, "ReadTableStream").unwrap()["Resource"], serde_json::json!(["arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/*"]));
+        assert_eq!(statement(&by_table, "FindTableStream").unwrap()["Action"], serde_json::json!(["dynamodb:ListStreams"]));
     }
 
     #[test]

@@ -68,7 +68,7 @@ const JS: [(&str, &str); 3] = [
 
 /// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 62] = [
+const BUNDLE: [(&str, &str); 65] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -78,6 +78,7 @@ const BUNDLE: [(&str, &str); 62] = [
     ("guest-sdk/rust/src/output.rs", include_str!("../../guest-sdk/rust/src/output.rs")),
     ("guest-sdk/rust/src/config.rs", include_str!("../../guest-sdk/rust/src/config.rs")),
     ("guest-sdk/rust/src/state.rs", include_str!("../../guest-sdk/rust/src/state.rs")),
+    ("guest-sdk/rust/src/change.rs", include_str!("../../guest-sdk/rust/src/change.rs")),
     ("wit/deps/config/store.wit", include_str!("../../wit/deps/config/store.wit")),
     ("wit/deps/config/world.wit", include_str!("../../wit/deps/config/world.wit")),
     ("guest-sdk/go/go.mod", include_str!("../../guest-sdk/go/go.mod")),
@@ -86,6 +87,7 @@ const BUNDLE: [(&str, &str); 62] = [
     ("guest-sdk/go/output.go", include_str!("../../guest-sdk/go/output.go")),
     ("guest-sdk/go/config.go", include_str!("../../guest-sdk/go/config.go")),
     ("guest-sdk/go/state.go", include_str!("../../guest-sdk/go/state.go")),
+    ("guest-sdk/go/change.go", include_str!("../../guest-sdk/go/change.go")),
     ("guest-sdk/go/window.go", include_str!("../../guest-sdk/go/window.go")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_window/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_window/wit_bindings.go")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_window/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_window/empty.s")),
@@ -112,6 +114,7 @@ const BUNDLE: [(&str, &str); 62] = [
     ("guest-sdk/python/README.md", include_str!("../../guest-sdk/python/README.md")),
     ("guest-sdk/python/kcl/http.py", include_str!("../../guest-sdk/python/kcl/http.py")),
     ("guest-sdk/python/kcl/state.py", include_str!("../../guest-sdk/python/kcl/state.py")),
+    ("guest-sdk/python/kcl/change.py", include_str!("../../guest-sdk/python/kcl/change.py")),
     ("guest-sdk/python/kcl_component.py", include_str!("../../guest-sdk/python/kcl_component.py")),
     ("guest-sdk/python/wit/world.wit", include_str!("../../guest-sdk/python/wit/world.wit")),
     ("guest-sdk/python/wit/deps/http/http.wit", include_str!("../../guest-sdk/python/wit/deps/http/http.wit")),

@@ -29,6 +29,7 @@ pub mod records;
 pub mod replay;
 pub mod runtime;
 pub mod shard;
+pub mod source;
 pub mod state;
 pub mod status;
 pub mod stream;

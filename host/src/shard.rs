@@ -120,9 +120,11 @@ impl<'a> Graph<'a> {
         let will_have_lease = lease.is_some();
         planned.insert(id, will_have_lease);
         if let Some(checkpoint) = lease {
+            // A DynamoDB stream's shards have no hash keys.
+            let hash_key = |key: &String| (!key.is_empty()).then(|| key.clone());
             created.push(Lease {
-                starting_hash_key: Some(shard.starting_hash_key.clone()),
-                ending_hash_key: Some(shard.ending_hash_key.clone()),
+                starting_hash_key: hash_key(&shard.starting_hash_key),
+                ending_hash_key: hash_key(&shard.ending_hash_key),
                 ..Lease::new(id, checkpoint, shard.parents.clone())
             });
         }

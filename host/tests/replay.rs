@@ -489,3 +489,57 @@ fn a_window_closing_on_a_processor_without_close_window_fails_naming_the_method(
         assert!(stderr.contains(&format!("does not implement {method}")) && stderr.contains("close-window ["), "{guest_name}: {stderr}");
     }
 }
+
+/// A table's changes, as `aws dynamodbstreams get-records` gives them, summed
+/// into state alike by the `table-totals` example of every SDK: each
+/// partition key's total and each item's last amount, from the images.
+#[test]
+fn every_sdk_sums_a_tables_changes_from_their_images_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("changes.json");
+    let item = |pk: &str, sk: u32, amount: Option<i64>| {
+        amount.map(|amount| serde_json::json!({ "pk": { "S": pk }, "sk": { "N": sk.to_string() }, "amount": { "N": amount.to_string() } }))
+    };
+    // (event, pk, sk, old amount, new amount)
+    let changes = [
+        ("INSERT", "acct-1", 1, None, Some(500)),
+        ("INSERT", "acct-1", 2, None, Some(20)),
+        ("INSERT", "acct-é", 1, None, Some(7)),
+        ("MODIFY", "acct-1", 1, Some(500), Some(450)),
+        ("REMOVE", "acct-1", 2, Some(20), None),
+        ("INSERT", "acct-2", 1, None, Some(9_007_199_254_740_993)), // past 2^53: a JavaScript Number is no longer exact
+        ("MODIFY", "acct-2", 1, Some(9_007_199_254_740_993), Some(9_007_199_254_740_995)),
+    ];
+    let records: Vec<serde_json::Value> = changes
+        .iter()
+        .enumerate()
+        .map(|(i, (event, pk, sk, old, new))| {
+            let mut dynamodb = serde_json::json!({
+                "ApproximateCreationDateTime": format!("2026-12-01T12:00:{:02}+00:00", i),
+                "Keys": { "pk": { "S": pk }, "sk": { "N": sk.to_string() } },
+                "SequenceNumber": format!("{}", 1_100_000_000_017_454_423_000_u128 + i as u128),
+                "SizeBytes": 40, "StreamViewType": "NEW_AND_OLD_IMAGES",
+            });
+            if let Some(image) = item(pk, *sk, *new) {
+                dynamodb["NewImage"] = image;
+            }
+            if let Some(image) = item(pk, *sk, *old) {
+                dynamodb["OldImage"] = image;
+            }
+            serde_json::json!({ "eventID": i.to_string(), "eventName": event, "eventVersion": "1.1", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "dynamodb": dynamodb })
+        })
+        .collect();
+    std::fs::write(&input, serde_json::json!({ "Records": records, "NextShardIterator": "arn:..." }).to_string()).unwrap();
+    let expected = serde_json::json!({
+        "total/acct-1": "450", "item/acct-1/1": "450", "total/acct-é": "7", "item/acct-é/1": "7",
+        "total/acct-2": "9007199254740995", "item/acct-2/1": "9007199254740995",
+    });
+    for guest_name in ["table-totals", "go-table-totals", "py-table-totals", "js-table-totals"] {
+        let state = dir.path().join(format!("{guest_name}.json"));
+        let (code, stdout, stderr) = replay_file(guest_name, input.to_str().unwrap(), &["--batch-size", "3", "--state", state.to_str().unwrap()]);
+        assert_eq!(code, 0, "{guest_name}: {stdout}\n{stderr}");
+        let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+        assert_eq!(saved, expected, "{guest_name}: {stdout}\n{stderr}");
+        assert!(!stderr.contains("the change says"), "{guest_name} saw every change in order: {stderr}");
+    }
+}

@@ -15,6 +15,7 @@ use kcl_testkit::{clients, leases, test_cache_dir, unique, write_leases, TestStr
 
 mod failures;
 mod dashboard;
+mod dynamodb_streams;
 mod faults;
 mod fleet;
 mod handover;

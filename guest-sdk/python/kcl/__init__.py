@@ -27,6 +27,8 @@ again) or ``FailedAt`` (the records before the failed one are done; the
 batch comes again from it). ``print`` and the ``logging`` module both reach
 the host's log, tagged with the shard.
 
+DynamoDB streams: ``record.change()`` gives a table's change (``kcl.change``).
+
 State: ``kcl.state.get_int(key)``, ``set_int``, ``get_json``/``set_json``,
 ``get_many_int`` (one read for many keys) and the raw ``get``/``set``/``delete``
 keep values per key, committed in the same write as the checkpoint.
@@ -49,6 +51,7 @@ from wit_world.imports import store as _store
 from wit_world.imports import kcl_processor_types as _types
 
 from . import state  # kcl.state: values per key, committed with the checkpoint
+from . import change  # kcl.change: DynamoDB stream records (record.change())
 
 __all__ = [
     "Batch", "CheckpointError", "Checkpointer", "FailedAt", "Record", "RecordProcessor", "Retryable", "SendError",
@@ -99,6 +102,11 @@ class Record:
         """``None`` when the producer set none."""
         c, i = self._batch._c, self.index
         return self._batch._hash_keys(i) if c.flags[i] & Batch._EXPLICIT_HASH_KEY else None
+
+    def change(self) -> "change.Change":
+        """The change this record carries, when it was read from a DynamoDB
+        stream (``kcl.change``); ``kcl.change.NotAChange`` otherwise."""
+        return change.change_of(self.data, self.sequence_number)
 
     def __eq__(self, other) -> bool:
         fields = ("data", "partition_key", "sequence_number", "sub_sequence_number", "approximate_arrival_ms", "explicit_hash_key", "index")

@@ -50,6 +50,8 @@
 #![warn(missing_docs)]
 
 mod adapter;
+#[cfg(feature = "json")]
+pub mod change;
 mod checkpointer;
 pub mod config;
 pub mod log;
@@ -57,6 +59,8 @@ pub mod output;
 pub mod state;
 mod types;
 
+#[cfg(feature = "json")]
+pub use change::{Change, ChangeError, EventName};
 pub use checkpointer::{CheckpointError, Checkpointer};
 pub use types::{Batch, ProcessorError, Record, Records, ShardInfo, ShutdownReason, Window};
 

@@ -159,9 +159,12 @@ pub struct RunArgs {
     /// TOML file with any of the settings below (flags and variables win).
     #[arg(long, env = "KCL_HOST_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Kinesis stream to consume: its name or its ARN. Give it more than once (or a comma-separated list) to consume several streams in one application: their lease keys then name the stream, as Java KCL's multi-stream applications' do.
+    /// Kinesis stream to consume: its name or its ARN. Give it more than once (or a comma-separated list) to consume several streams in one application: their lease keys then name the stream, as Java KCL's multi-stream applications' do. Or a DynamoDB stream's ARN (`arn:aws:dynamodb:REGION:ACCOUNT:table/T/stream/LABEL`), read alone.
     #[arg(long, env = "KCL_HOST_STREAM", value_delimiter = ',')]
     pub stream: Vec<String>,
+    /// Consume this DynamoDB table's current stream (instead of --stream): its changes reach the processor as the stream's records (eventName, Keys, NewImage, OldImage).
+    #[arg(long, env = "KCL_HOST_DYNAMODB_TABLE", conflicts_with = "stream")]
+    pub dynamodb_table: Option<String>,
     /// Application name; also the DynamoDB lease table's name.
     #[arg(long, env = "KCL_HOST_APPLICATION")]
     pub application: Option<String>,
@@ -277,6 +280,7 @@ impl RunArgs {
         Layer {
             stream: (self.stream.len() == 1).then(|| self.stream[0].clone()),
             streams: (self.stream.len() > 1).then(|| self.stream.iter().cloned().map(crate::config::StreamEntry::Name).collect()),
+            dynamodb_table: self.dynamodb_table.clone(),
             application: self.application.clone(),
             worker_id: self.worker_id.clone(),
             region: self.region.clone(),

@@ -34,6 +34,8 @@ pub struct Layer {
     pub stream: Option<String>,
     /// `streams` in the file, or `--stream` given more than once.
     pub streams: Option<Vec<super::StreamEntry>>,
+    /// A DynamoDB table whose current stream is read (instead of `stream`).
+    pub dynamodb_table: Option<String>,
     pub application: Option<String>,
     pub worker_id: Option<String>,
     pub region: Option<String>,
@@ -96,13 +98,13 @@ impl Layer {
 
     /// This layer, with `lower` filling what it leaves out.
     pub fn over(self, lower: Layer) -> Layer {
-        // `stream` and `streams` are one setting: the upper layer's wins whole.
-        let (stream, streams) = match (self.stream, self.streams) {
-            (None, None) => (lower.stream, lower.streams),
+        // `stream`, `streams` and `dynamodb_table` are one setting: the upper layer's wins whole.
+        let (stream, streams, dynamodb_table) = match (self.stream, self.streams, self.dynamodb_table) {
+            (None, None, None) => (lower.stream, lower.streams, lower.dynamodb_table),
             upper => upper,
         };
         macro_rules! merge {
-            ($($field:ident),*) => { Layer { stream, streams, $($field: self.$field.or(lower.$field)),* } };
+            ($($field:ident),*) => { Layer { stream, streams, dynamodb_table, $($field: self.$field.or(lower.$field)),* } };
         }
         merge!(
             application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,

@@ -99,7 +99,7 @@ impl Retrieval {
 /// Everything a worker needs, resolved and checked.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    /// The Kinesis streams, each with where its new shards start.
+    /// The streams (Kinesis, or one DynamoDB stream), each with where its new shards start.
     pub streams: Vec<StreamSpec>,
     /// The streams were given as a list (`streams`, or `--stream` more
     /// than once): an empty lease table gets keys that name the stream.
@@ -165,6 +165,16 @@ impl WorkerConfig {
         let failure = layer.failure()?;
         let initial_position = initial_position(layer.initial_position.as_deref(), layer.initial_timestamp.as_deref())?;
         let (streams, streams_listed) = streams::resolve(&layer, &initial_position)?;
+        let retrieval = match Retrieval::parse(layer.retrieval.as_deref())? {
+            Retrieval::FanOut if streams.iter().any(|s| s.kind != crate::stream::StreamKind::Kinesis) => {
+                return Err(ConfigError::Invalid {
+                    setting: "retrieval",
+                    value: "fanout".into(),
+                    reason: "enhanced fan-out is Kinesis'; a DynamoDB stream is read with GetRecords (polling)".into(),
+                });
+            }
+            retrieval => retrieval,
+        };
         let metrics = layer.metrics()?;
         let application = layer
             .application
@@ -245,7 +255,7 @@ impl WorkerConfig {
             },
             parallelism,
             window,
-            retrieval: Retrieval::parse(layer.retrieval.as_deref())?,
+            retrieval,
             swap: {
                 let defaults = crate::swap::rollout::SwapSettings::default();
                 crate::swap::rollout::SwapSettings {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::values::{initial_position, stream_name};
 use super::{ConfigError, Layer};
 use crate::shard::InitialPosition;
-use crate::stream::StreamSpec;
+use crate::stream::{StreamKind, StreamSpec};
 
 /// One entry of `streams`: a name or ARN, or a table.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -34,17 +34,25 @@ pub enum StreamEntry {
 /// The configured streams, and whether they were given as a list (an empty
 /// lease table then gets keys that name the stream, even for one).
 pub(super) fn resolve(layer: &Layer, default: &InitialPosition) -> Result<(Vec<StreamSpec>, bool), ConfigError> {
-    let entries = match (&layer.stream, &layer.streams) {
-        (Some(_), Some(_)) => {
+    let one = |name: &str| -> Result<StreamSpec, ConfigError> {
+        let (name, kind) = stream_name(name)?;
+        Ok(StreamSpec { name, initial_position: default.clone(), kind })
+    };
+    let entries = match (&layer.stream, &layer.streams, &layer.dynamodb_table) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             return Err(ConfigError::Invalid {
                 setting: "streams",
-                value: "both `stream` and `streams`".into(),
-                reason: "give `stream` (one stream) or `streams` (a list), not both".into(),
+                value: "more than one of `stream`, `streams` and `dynamodb_table`".into(),
+                reason: "give `stream` (one stream), `streams` (a list) or `dynamodb_table` (a table's stream), one of them".into(),
             });
         }
-        (Some(one), None) => return Ok((vec![StreamSpec { name: stream_name(one)?, initial_position: default.clone() }], false)),
-        (None, Some(list)) => list,
-        (None, None) => return Err(ConfigError::Missing { setting: "stream", flag: "stream", env: "STREAM" }),
+        (None, None, Some(table)) => {
+            let spec = StreamSpec { name: table.clone(), initial_position: default.clone(), kind: StreamKind::DynamoDbTable };
+            return dynamodb_alone(vec![spec], false);
+        }
+        (Some(name), None, None) => return dynamodb_alone(vec![one(name)?], false),
+        (None, Some(list), None) => list,
+        (None, None, None) => return Err(ConfigError::Missing { setting: "stream", flag: "stream", env: "STREAM" }),
     };
     if entries.is_empty() {
         return Err(ConfigError::Invalid { setting: "streams", value: "[]".into(), reason: "list at least one stream".into() });
@@ -53,16 +61,31 @@ pub(super) fn resolve(layer: &Layer, default: &InitialPosition) -> Result<(Vec<S
     for entry in entries {
         let spec = match entry {
             StreamEntry::Table { name, initial_position: position, initial_timestamp } if position.is_some() || initial_timestamp.is_some() => {
-                StreamSpec { name: stream_name(name)?, initial_position: initial_position(position.as_deref(), initial_timestamp.as_deref())? }
+                StreamSpec { initial_position: initial_position(position.as_deref(), initial_timestamp.as_deref())?, ..one(name)? }
             }
-            StreamEntry::Name(name) | StreamEntry::Table { name, .. } => StreamSpec { name: stream_name(name)?, initial_position: default.clone() },
+            StreamEntry::Name(name) | StreamEntry::Table { name, .. } => one(name)?,
         };
         if specs.iter().any(|s| s.name == spec.name) {
             return Err(ConfigError::Invalid { setting: "streams", value: spec.name, reason: "is listed twice; list each stream once".into() });
         }
         specs.push(spec);
     }
-    Ok((specs, true))
+    dynamodb_alone(specs, true)
+}
+
+/// A DynamoDB stream is read by an application of its own (its lease keys
+/// are shard ids, as the DynamoDB Streams Kinesis Adapter's), from
+/// TRIM_HORIZON or LATEST (it has no AT_TIMESTAMP).
+fn dynamodb_alone(specs: Vec<StreamSpec>, listed: bool) -> Result<(Vec<StreamSpec>, bool), ConfigError> {
+    let Some(dynamodb) = specs.iter().find(|s| s.kind != StreamKind::Kinesis) else { return Ok((specs, listed)) };
+    let invalid = |reason: &str| ConfigError::Invalid { setting: "stream", value: dynamodb.name.clone(), reason: reason.into() };
+    if listed {
+        return Err(invalid("a DynamoDB stream is read by an application of its own: give it alone as `stream` (or `dynamodb_table`)"));
+    }
+    if matches!(dynamodb.initial_position, InitialPosition::AtTimestamp(_)) {
+        return Err(invalid("DynamoDB Streams has no AT_TIMESTAMP: start at TRIM_HORIZON (the last 24 hours) or LATEST"));
+    }
+    Ok((specs, false))
 }
 
 #[cfg(test)]
@@ -93,7 +116,9 @@ mod tests {
     fn a_bad_list_is_named_with_the_fix() {
         for (text, words) in [
             (r#"stream = "a"
-streams = ["b"]"#, "not both"),
+streams = ["b"]"#, "one of them"),
+            (r#"stream = "a"
+dynamodb_table = "t""#, "one of them"),
             ("streams = []", "at least one"),
             (r#"streams = ["a", "a"]"#, "listed twice"),
             (r#"streams = [{ name = "a", initial_position = "AT_TIMESTAMP" }]"#, "initial_timestamp"),
@@ -101,5 +126,21 @@ streams = ["b"]"#, "not both"),
             let err = resolved(text).unwrap_err().to_string();
             assert!(err.contains(words), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_dynamodb_stream_is_read_alone_and_never_at_a_timestamp() {
+        let arn = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-12-07T03:13:42.339";
+        let (specs, listed) = resolved(&format!("stream = \"{arn}\"")).unwrap();
+        assert_eq!((specs[0].name.as_str(), specs[0].kind, listed), (arn, StreamKind::DynamoDbStream, false));
+        let (specs, _) = resolved(r#"dynamodb_table = "orders""#).unwrap();
+        assert_eq!((specs[0].name.as_str(), specs[0].kind), ("orders", StreamKind::DynamoDbTable));
+        let listed = resolved(&format!("streams = [\"orders\", \"{arn}\"]")).unwrap_err().to_string();
+        assert!(listed.contains("an application of its own"), "{listed}");
+        let layer: Layer = toml::from_str(&format!("stream = \"{arn}\"")).unwrap();
+        let at = resolve(&layer, &InitialPosition::AtTimestamp(1)).unwrap_err().to_string();
+        assert!(at.contains("no AT_TIMESTAMP"), "{at}");
+        let bad = resolved(r#"stream = "arn:aws:dynamodb:us-east-1:1:table/orders""#).unwrap_err().to_string();
+        assert!(bad.contains("table/<table>/stream/<label>"), "{bad}");
     }
 }

@@ -9,8 +9,8 @@ use crate::metrics::publish::SinkKind;
 
 #[test]
 fn a_stream_is_given_by_name_or_by_arn() {
-    assert_eq!(stream_name("orders").unwrap(), "orders");
-    assert_eq!(stream_name("arn:aws:kinesis:us-east-2:123456789012:stream/orders").unwrap(), "orders");
+    assert_eq!(stream_name("orders").unwrap().0, "orders");
+    assert_eq!(stream_name("arn:aws:kinesis:us-east-2:123456789012:stream/orders").unwrap().0, "orders");
     for bad in ["arn:aws:kinesis:us-east-2:123456789012:orders", "arn:aws:sqs:us-east-2:123456789012:stream/orders", "arn:aws:kinesis"] {
         let refused = stream_name(bad).unwrap_err().to_string();
         assert!(refused.starts_with("`stream` = ") && refused.contains("stream/<name>"), "{refused}");
@@ -33,7 +33,7 @@ fn layer() -> Layer {
 #[test]
 fn defaults_follow_the_kcl() {
     let c = WorkerConfig::resolve(layer()).unwrap();
-    assert_eq!(c.streams, [StreamSpec { name: "s".into(), initial_position: crate::shard::InitialPosition::TrimHorizon }]);
+    assert_eq!(c.streams, [StreamSpec { name: "s".into(), initial_position: crate::shard::InitialPosition::TrimHorizon, kind: crate::stream::StreamKind::Kinesis }]);
     assert_eq!(c.take.failover_time, Duration::from_secs(10));
     assert_eq!(c.take.max_leases_to_steal, 1);
     assert_eq!(c.shard_sync_interval, Duration::from_secs(60));

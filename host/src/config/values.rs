@@ -7,21 +7,30 @@ use aws_smithy_types::date_time::{DateTime, Format};
 
 use super::ConfigError;
 use crate::shard::InitialPosition;
+use crate::stream::StreamKind;
 
 /// The stream's name, given its name or (as Java KCL accepts) its ARN,
-/// `arn:<partition>:kinesis:<region>:<account>:stream/<name>`.
-pub(super) fn stream_name(given: &str) -> Result<String, ConfigError> {
+/// `arn:<partition>:kinesis:<region>:<account>:stream/<name>`; or a
+/// DynamoDB stream's ARN, kept whole.
+pub(super) fn stream_name(given: &str) -> Result<(String, StreamKind), ConfigError> {
     if !given.starts_with("arn:") {
-        return Ok(given.to_owned());
+        return Ok((given.to_owned(), StreamKind::Kinesis));
     }
     let invalid = |reason: &str| ConfigError::Invalid { setting: "stream", value: given.to_owned(), reason: reason.to_owned() };
     let parts: Vec<&str> = given.splitn(6, ':').collect();
     match parts[..] {
         [_, _, "kinesis", _, _, resource] => match resource.strip_prefix("stream/") {
-            Some(name) if !name.is_empty() && !name.contains('/') => Ok(name.to_owned()),
+            Some(name) if !name.is_empty() && !name.contains('/') => Ok((name.to_owned(), StreamKind::Kinesis)),
             _ => Err(invalid("a stream ARN ends in `stream/<name>`")),
         },
-        _ => Err(invalid("give a stream name or a Kinesis stream ARN, `arn:aws:kinesis:<region>:<account>:stream/<name>`")),
+        [_, _, "dynamodb", _, _, resource] => match resource.split('/').collect::<Vec<_>>()[..] {
+            ["table", table, "stream", label] if !table.is_empty() && !label.is_empty() => Ok((given.to_owned(), StreamKind::DynamoDbStream)),
+            _ => Err(invalid("a DynamoDB stream ARN ends in `table/<table>/stream/<label>`")),
+        },
+        _ => Err(invalid(
+            "give a Kinesis stream's name or ARN (`arn:aws:kinesis:<region>:<account>:stream/<name>`) or a DynamoDB stream's ARN \
+             (`arn:aws:dynamodb:<region>:<account>:table/<table>/stream/<label>`)",
+        )),
     }
 }
 

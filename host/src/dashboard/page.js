@@ -155,7 +155,10 @@ function shards(report, rates, now) {
   }
   let html = "";
   for (const [stream, rows] of groups) {
-    if (stream) html += `<div class="stream">stream ${esc(stream)}</div>`;
+    // The source as the workers report it: kinesis or dynamodb-streams.
+    const sources = [...new Set(rows.map((r) => r.progress && r.progress.source).filter(Boolean))];
+    const source = sources.length ? ` <span class="muted" data-source="${esc(sources.join(","))}">(${esc(sources.join(", "))})</span>` : "";
+    if (stream || source) html += `<div class="stream">${stream ? `stream ${esc(stream)}` : "source"}${source}</div>`;
     html += `<table><tr><th>Shard</th><th>State</th><th>Owner</th><th>Version</th><th class="num">Records/s</th><th>last 5 min</th>` +
       `<th class="num">Behind</th><th class="num">Checkpoint moved</th><th>Checkpoint</th><th class="num">Parallel</th>${withWindows ? '<th class="num">Open window</th>' : ""}${withState ? '<th class="num">State</th>' : ""}</tr>`;
     for (const row of rows) {

@@ -136,6 +136,8 @@ pub struct Metrics {
     state_writes: Family<ShardLabels, Counter>,
     state_commit_seconds: Histograms,
     state_commit_items: Histograms,
+    /// 1 per stream, labelled with its source (kinesis, dynamodb-streams).
+    stream_source: Family<Vec<(&'static str, String)>, Gauge>,
     /// Each shard's progress, for the worker's progress row.
     progress: Arc<progress::ProgressBoard>,
     /// Shards forgotten since the last publish, whose series it still reads;
@@ -196,12 +198,14 @@ impl Metrics {
             state_commit_items: Family::new_with_constructor(items_histogram),
             output_write_seconds: Family::new_with_constructor(call_histogram),
             output_buffer: Gauge::default(),
+            stream_source: Family::default(),
             progress: Arc::default(),
             forgotten: std::sync::Mutex::new(None),
             registry: Registry::default(),
         };
         let r = &mut registry;
         r.register("build", "The kcl-host build this worker runs", prometheus_client::metrics::info::Info::new(vec![("version", crate::version())]));
+        r.register("stream_source", "1 for each stream, labelled with the source it is read from", metrics.stream_source.clone());
         r.register("records_processed", "Records delivered to the processor and acknowledged", metrics.records.clone());
         r.register("bytes_processed", "Bytes of record data acknowledged", metrics.bytes.clone());
         r.register("batches_processed", "Batches acknowledged", metrics.batches.clone());
@@ -255,6 +259,11 @@ impl Metrics {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String");
         text
+    }
+
+    /// `stream` is read from the source `label`.
+    pub fn stream_source(&self, stream: &str, label: &str) {
+        self.stream_source.get_or_create(&vec![("stream", stream.to_owned()), ("source", label.to_owned())]).set(1);
     }
 
     /// The series of the shard of `stream` leased as `key`.

@@ -42,6 +42,9 @@ pub struct Progress {
     /// `MillisBehindLatest` of the last batch read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub millis_behind: Option<u64>,
+    /// The source its stream is read from: `kinesis` or `dynamodb-streams`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// The processor version the shard runs: its hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processor: Option<String>,

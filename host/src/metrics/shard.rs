@@ -55,6 +55,11 @@ impl ShardMetrics {
         self.metrics.restarts.get_or_create(&self.labels).inc();
     }
 
+    /// The shard's stream is read from the source `label` (for `status` and the dashboard).
+    pub fn source(&self, label: &str) {
+        self.metrics.progress.update(&self.lease, |p| p.source = Some(label.to_owned()));
+    }
+
     /// A window starting at `start_ms` is open now.
     pub fn window_opened(&self, start_ms: u64) {
         self.metrics.progress.update(&self.lease, |p| p.window_start_ms = Some(start_ms));

@@ -6,7 +6,14 @@
 //! - the output of `aws kinesis get-records` (`Records` with base64 `Data`,
 //!   `SequenceNumber`, `PartitionKey`, `ApproximateArrivalTimestamp`), one
 //!   page or several one after another;
-//! - a Lambda Kinesis event (`Records[].kinesis`).
+//! - a Lambda Kinesis event (`Records[].kinesis`);
+//! - DynamoDB stream records: a Lambda DynamoDB event or the output of
+//!   `aws dynamodbstreams get-records` (`Records[]` with `eventName` and
+//!   `dynamodb`). Each becomes a record as `kcl-host run` gives it from a
+//!   table's stream (the change as JSON, its `SequenceNumber`, arrival at
+//!   `ApproximateCreationDateTime`); its partition key is the item's key
+//!   attribute values in the order of their names, joined by `/` (a record
+//!   alone does not say which one is the table's partition key).
 //!
 //! Each is recognised by its shape. A KPL aggregate becomes its user
 //! records, as in `kcl-host run`; records must be in shard order.
@@ -139,6 +146,11 @@ impl Reader {
             for (index, value) in envelope.records.into_iter().enumerate() {
                 record += 1;
                 let bad = |reason: String| InputError::Record { record, document, index, reason };
+                if value.get("dynamodb").is_some() {
+                    let (data, partition_key, sequence_number, arrival) = stream_record(value).map_err(bad)?;
+                    self.push(&data, &partition_key, &sequence_number, arrival).map_err(bad)?;
+                    continue;
+                }
                 let (sequence_number, data, partition_key, arrival) = match value.get("kinesis") {
                     Some(kinesis) => {
                         let r: LambdaRecord = serde_json::from_value(kinesis.clone()).map_err(|e| bad(format!("not a Lambda Kinesis record: {e}")))?;
@@ -177,6 +189,39 @@ impl Reader {
         kpl::push(&mut self.records, record, None);
         Ok(())
     }
+}
+
+/// A DynamoDB stream record as `run` gives it: the record's data (the
+/// fields `run` writes, `ApproximateCreationDateTime` in epoch seconds),
+/// partition key, sequence number and arrival.
+fn stream_record(mut value: Value) -> Result<(Vec<u8>, String, String, Option<u64>), String> {
+    let fields = ["eventID", "eventName", "eventVersion", "eventSource", "awsRegion", "dynamodb", "userIdentity"];
+    let Value::Object(record) = &mut value else { return Err("a DynamoDB stream record is a JSON object".into()) };
+    record.retain(|name, _| fields.contains(&name.as_str()));
+    let stream = record.get_mut("dynamodb").and_then(Value::as_object_mut).ok_or("`dynamodb` is not an object")?;
+    let sequence_number = stream.get("SequenceNumber").and_then(Value::as_str).ok_or("`dynamodb.SequenceNumber` is missing")?.to_owned();
+    let arrival = match stream.get("ApproximateCreationDateTime") {
+        Some(time) => {
+            let time: Timestamp = serde_json::from_value(time.clone()).map_err(|e| format!("`ApproximateCreationDateTime`: {e}"))?;
+            let ms = time.millis().ok_or("`ApproximateCreationDateTime` is not epoch seconds or an ISO 8601 time")?;
+            stream.insert("ApproximateCreationDateTime".into(), serde_json::json!(ms as f64 / 1000.0));
+            Some(ms)
+        }
+        None => None,
+    };
+    let keys: std::collections::BTreeMap<&String, &Value> = stream.get("Keys").and_then(Value::as_object).ok_or("`dynamodb.Keys` is missing")?.iter().collect();
+    let partition_key = keys
+        .values()
+        .map(|key| match key.as_object().and_then(|typed| typed.values().next()) {
+            Some(Value::String(text)) => text.clone(),
+            other => other.map(Value::to_string).unwrap_or_default(),
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    // Members sorted by name, as `run` gives them.
+    value.sort_all_objects();
+    let data = serde_json::to_vec(&value).expect("JSON values serialize");
+    Ok((data, partition_key, sequence_number, arrival))
 }
 
 impl Timestamp {
@@ -272,6 +317,29 @@ mod tests {
         let records = read_records(lambda.as_bytes()).unwrap();
         let record = records.iter().next().unwrap();
         assert_eq!((record.data, record.partition_key, record.arrival_timestamp_ms), (&b"Hello, this is a test."[..], "1", 1_545_084_650_987));
+    }
+
+    #[test]
+    fn reads_dynamodb_stream_records_of_a_lambda_event_and_of_get_records() {
+        let lambda = r#"{"Records": [{"eventID": "1", "eventName": "INSERT", "eventVersion": "1.0", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+            "dynamodb": {"ApproximateCreationDateTime": 1700000000, "Keys": {"sk": {"N": "3"}, "pk": {"S": "account-1"}},
+                         "NewImage": {"pk": {"S": "account-1"}, "sk": {"N": "3"}, "amount": {"N": "12"}},
+                         "SequenceNumber": "111", "SizeBytes": 26, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+            "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-12-01T00:00:00.000"}]}"#;
+        let cli = r#"{"Records": [{"eventID": "2", "eventName": "REMOVE", "eventVersion": "1.1", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+            "dynamodb": {"ApproximateCreationDateTime": "2023-11-14T22:13:21+00:00", "Keys": {"pk": {"S": "account-1"}, "sk": {"N": "3"}},
+                         "OldImage": {"amount": {"N": "12"}}, "SequenceNumber": "112", "SizeBytes": 20, "StreamViewType": "NEW_AND_OLD_IMAGES"}}],
+            "NextShardIterator": "arn:..."}"#;
+        let records = read_records(format!("{lambda}\n{cli}").as_bytes()).unwrap();
+        let records: Vec<_> = records.iter().collect();
+        assert_eq!(records.len(), 2);
+        assert_eq!((records[0].partition_key, records[0].sequence_number, records[0].arrival_timestamp_ms), ("account-1/3", "111", 1_700_000_000_000));
+        let first: Value = serde_json::from_slice(records[0].data).unwrap();
+        assert_eq!(first["dynamodb"]["NewImage"]["amount"], serde_json::json!({"N": "12"}));
+        assert!(first.get("eventSourceARN").is_none(), "only the fields `run` gives: {first}");
+        let second: Value = serde_json::from_slice(records[1].data).unwrap();
+        assert_eq!((second["eventName"].as_str(), records[1].arrival_timestamp_ms), (Some("REMOVE"), 1_700_000_001_000));
+        assert_eq!(second["dynamodb"]["ApproximateCreationDateTime"], 1_700_000_001.0);
     }
 
     #[test]

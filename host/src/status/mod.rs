@@ -260,7 +260,7 @@ pub async fn add_lag(report: &mut Report, clients: &AwsClients, stream: Option<&
             Some(Checkpoint::At(position)) => StartingPosition::After(position.sequence_number().to_owned()),
             _ => StartingPosition::TrimHorizon,
         };
-        row.lag_ms = crate::fetch::millis_behind(&clients.kinesis, stream, LeaseKey::from(&row.shard).shard_id(), start).await?;
+        row.lag_ms = crate::source::millis_behind(clients, stream, LeaseKey::from(&row.shard).shard_id(), start).await?;
     }
     Ok(())
 }
@@ -347,7 +347,7 @@ mod tests {
                 counter: 123_456_789,
                 parents: vec![],
                 lag_ms: Some(1_234_567),
-                progress: None,
+                progress: (i == 0).then(|| Progress { source: Some("dynamodb-streams".into()), ..Default::default() }),
                 retrying: (i == 7).then(|| Retrying { since_ms: clock::unix_ms() - 5_500, attempts: 40, last_error: "processor trapped: ".repeat(20), limit: None }),
                 in_flight: (i < 2).then(|| InFlight { instances: 8, calls: 8 - i as usize, lag_records: 120 }),
                 state_size: Some(StateSize { keys: i * 1_000, bytes: i * 1_500_000, log_items: if i == 3 { 2 } else { 0 } }),
@@ -368,6 +368,7 @@ mod tests {
         let deployed = Some(DeployedRow { processor: "9f2c1ab3d4e5".into(), source: format!("/{}", "d/".repeat(60)), previous: Some("1a2b3c4d5e6f".into()) });
         let text = render(&Report { application: "orders".into(), shards, workers, deployed, unreadable: vec![] });
         assert!(text.contains("9f2c1ab3d4e5\n"), "{text}");
+        assert!(text.starts_with("orders — 64 shards, 3 workers\nsource: dynamodb-streams\n"), "the source the workers report: {text}");
         assert!(text.contains("kcl-2 rollout: 9f2c1ab3d4e5 on its canary shardId-000000000004; rolled back: 0badc0ffee00\n"), "{text}");
         assert!(text.contains("java-3                                        0  3.x report 12s ago"), "a Java KCL 3.x worker holding nothing yet: {text}");
         let detail = |l: &&str| l.contains(" retrying ") || l.contains(" instances: ") || l.contains(" state: ");

@@ -30,6 +30,11 @@ pub fn render(report: &Report) -> String {
     let lag = report.shards.iter().any(|r| r.lag_ms.is_some());
     let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let mut out = format!("{} — {}, {}\n", report.application, plural(report.shards.len(), "shard", "shards"), plural(report.workers.len(), "worker", "workers"));
+    // As the workers report it: kinesis, dynamodb-streams.
+    let sources: std::collections::BTreeSet<&str> = report.shards.iter().filter_map(|r| r.progress.as_ref()?.source.as_deref()).collect();
+    if !sources.is_empty() {
+        out.push_str(&format!("source: {}\n", sources.into_iter().collect::<Vec<_>>().join(", ")));
+    }
     out.push_str(&format!("{:<21} {:<10} {:<20} {:<24} {:>8}", "SHARD", "STATE", "OWNER", "CHECKPOINT", "COUNTER"));
     out.push_str(if lag { "      LAG\n" } else { "\n" });
     // A multi-stream table's rows (sorted by key, so by stream) under a line per stream.

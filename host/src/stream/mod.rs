@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use aws_sdk_kinesis::types::ShardFilter;
 
 use crate::aws::{AwsError, Service};
-pub use streams::{AppStream, StreamSpec, Streams};
+pub use streams::{AppStream, SourceKind, StreamKind, StreamSpec, Streams};
 
 /// One shard as ListShards describes it.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,29 +11,64 @@
 
 use std::sync::Arc;
 
-use crate::aws::{AwsError, Service};
+use crate::aws::{AwsClients, AwsError, Service};
 use crate::lease::coordinator::Scope;
 use crate::lease::{Lease, LeaseKey, StreamIdentifier};
 use crate::shard::InitialPosition;
+use crate::source::dynamodb::{self, StreamFacts};
 
 /// One stream an application reads, as configured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StreamSpec {
-    /// The stream's name.
+    /// The Kinesis stream's name, the DynamoDB stream's ARN, or the table's name.
     pub name: String,
     /// Where its shards without a checkpoint start.
     pub initial_position: InitialPosition,
+    /// What `name` names.
+    pub kind: StreamKind,
 }
 
-/// A configured stream, as Kinesis describes it.
+/// What a configured stream's name names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StreamKind {
+    /// A Kinesis data stream (by name; an ARN was cut to its name).
+    Kinesis,
+    /// A DynamoDB stream, by its ARN.
+    DynamoDbStream,
+    /// A DynamoDB table, whose current stream is read (`--dynamodb-table`).
+    DynamoDbTable,
+}
+
+/// A configured stream, as its service describes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AppStream {
-    /// The stream's name.
+    /// The Kinesis stream's name, or the DynamoDB stream's ARN.
     pub name: String,
     /// Where its shards without a checkpoint start.
     pub initial_position: InitialPosition,
     /// Its account, name and creation time.
     pub identifier: StreamIdentifier,
+    /// Which service it is read from.
+    pub source: SourceKind,
+}
+
+/// Which service a stream is read from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceKind {
+    /// A Kinesis data stream.
+    Kinesis,
+    /// A DynamoDB table's stream, as DescribeStream told it at start.
+    DynamoDb(Arc<StreamFacts>),
+}
+
+impl SourceKind {
+    /// The source's name in `status`, on the dashboard and in `/metrics`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            SourceKind::Kinesis => "kinesis",
+            SourceKind::DynamoDb(_) => "dynamodb-streams",
+        }
+    }
 }
 
 /// The streams of an application and the format of its lease keys.
@@ -53,10 +88,20 @@ impl Streams {
     /// Describes each stream (which also checks that it exists: a typo must
     /// not create a table). `listed`: the streams were given as a list, so
     /// an empty table gets multi-stream keys even for one stream.
-    pub async fn describe(kinesis: &aws_sdk_kinesis::Client, specs: &[StreamSpec], listed: bool) -> Result<Self, AwsError> {
+    pub async fn describe(clients: &AwsClients, specs: &[StreamSpec], listed: bool) -> Result<Self, AwsError> {
         let mut streams = Vec::with_capacity(specs.len());
         for spec in specs {
-            let summary = kinesis
+            let arn = match spec.kind {
+                StreamKind::Kinesis => None,
+                StreamKind::DynamoDbStream => Some(spec.name.clone()),
+                StreamKind::DynamoDbTable => Some(dynamodb::table_stream(&clients.dynamodb_streams, &spec.name).await?),
+            };
+            if let Some(arn) = arn {
+                streams.push(Self::dynamodb_stream(clients, spec, &arn).await?);
+                continue;
+            }
+            let summary = clients
+                .kinesis
                 .describe_stream_summary()
                 .stream_name(&spec.name)
                 .send()
@@ -75,9 +120,25 @@ impl Streams {
                 name: spec.name.clone(),
                 initial_position: spec.initial_position.clone(),
                 identifier: StreamIdentifier { account, name: spec.name.clone(), creation_epoch: created },
+                source: SourceKind::Kinesis,
             });
         }
         Ok(Self { streams, multi: listed || specs.len() > 1 })
+    }
+
+    /// A DynamoDB stream, described (which checks that it exists). Its
+    /// leases are keyed by shard id, as the DynamoDB Streams Kinesis Adapter's are.
+    async fn dynamodb_stream(clients: &AwsClients, spec: &StreamSpec, arn: &str) -> Result<AppStream, AwsError> {
+        let (facts, _) = dynamodb::describe(&clients.dynamodb_streams, arn).await?;
+        tracing::info!(stream = arn, table = %facts.table, view = %facts.view_type, partition_key = %facts.hash_key, "reading a DynamoDB stream");
+        // arn:<partition>:dynamodb:<region>:<account>:table/<table>/stream/<label>
+        let account = arn.split(':').nth(4).unwrap_or_default().to_owned();
+        Ok(AppStream {
+            name: arn.to_owned(),
+            initial_position: spec.initial_position.clone(),
+            identifier: StreamIdentifier { account, name: facts.table.clone(), creation_epoch: facts.created_epoch },
+            source: SourceKind::DynamoDb(Arc::new(facts)),
+        })
     }
 
     /// Settles the lease keys' format on what `leases` (the table) holds;
@@ -150,6 +211,7 @@ mod tests {
                 name: name.to_string(),
                 initial_position: InitialPosition::TrimHorizon,
                 identifier: StreamIdentifier { account: "000000000000".into(), name: name.to_string(), creation_epoch: 1_700_000_000 },
+                source: SourceKind::Kinesis,
             })
             .collect();
         Streams { streams, multi }

@@ -24,7 +24,14 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     }
     let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
     let region = clients.kinesis.config().region().map(ToString::to_string).unwrap_or_default();
-    let streams: Vec<String> = config.streams.iter().map(|s| format!("`{}` (new shards from {:?})", s.name, s.initial_position)).collect();
+    let streams: Vec<String> = config
+        .streams
+        .iter()
+        .map(|s| {
+            let what = if s.kind == crate::stream::StreamKind::DynamoDbTable { "the stream of DynamoDB table " } else { "" };
+            format!("{what}`{}` (new shards from {:?})", s.name, s.initial_position)
+        })
+        .collect();
     tracing::info!(
         "kcl-host {}: worker {} consuming {} {} with {} {} (lease table `{}`, failover {:?})",
         crate::version(),

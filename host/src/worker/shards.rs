@@ -14,9 +14,7 @@ use tracing::Instrument;
 
 use super::in_flight::InFlightBoard;
 use super::redelivery::Budget;
-use super::shard_loop::{OpenReader, Outcome, ShardLoop, Windows};
-use crate::fanout::{KinesisSubscriptions, Subscriber};
-use crate::fetch::{self, FetchSettings, Fetcher, Prefetch, StartingPosition};
+use super::shard_loop::{Outcome, ShardLoop, Windows};
 use crate::lease::coordinator::{HeldLease, TakePass};
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::LeaseKey;
@@ -25,9 +23,9 @@ use crate::failure::retrying::RetryBoard;
 use crate::failure::{DeadLetters, FailureSettings};
 use crate::output::Outputs;
 use crate::state::StateTable;
-use crate::records::kpl::HashRange;
 use crate::runtime::{Processor, SharedMemory};
 use crate::shard::InitialPosition;
+use crate::source::OpenReader;
 use crate::stream::Streams;
 use crate::swap::rollout::{self, CallReport, Rollout};
 use crate::swap::Swapper;
@@ -39,24 +37,6 @@ const STOP_TELL_AFTER: Duration = Duration::from_secs(2);
 
 /// A lease this worker holds, as the worker's loop passes it around.
 pub(super) type Held = Arc<HeldLease<DynamoStore>>;
-
-/// Reads shards from Kinesis: GetRecords, or enhanced fan-out through
-/// the consumer the worker registered on each stream.
-pub(super) struct KinesisReaders {
-    pub(super) kinesis: aws_sdk_kinesis::Client,
-    pub(super) fetch: FetchSettings,
-    /// Each stream's consumer, by stream name; empty when polling.
-    pub(super) fan_out: BTreeMap<String, KinesisSubscriptions>,
-}
-
-impl OpenReader for KinesisReaders {
-    fn open(&self, stream: &str, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Prefetch {
-        match self.fan_out.get(stream) {
-            Some(subscriptions) => fetch::prefetch(Subscriber::new(subscriptions.clone(), shard, start, range)),
-            None => fetch::prefetch(Fetcher::new(self.kinesis.clone(), stream, shard, start, range, self.fetch.clone())),
-        }
-    }
-}
 
 /// A running shard loop as the worker sees it.
 struct Running {
@@ -154,6 +134,7 @@ impl ShardLoops {
         let (stop, stop_rx) = watch::channel(false);
         let stream = self.template.streams.of(held.key()).expect("the coordinator takes only leases of this worker's streams");
         let metrics = self.template.metrics.shard(&stream.name, held.key());
+        metrics.source(stream.source.label());
         let (processor, processor_rx) = watch::channel(self.rollout.current().clone());
         let delivered = Arc::new(AtomicU64::new(0));
         let shard_loop = ShardLoop {

@@ -2,7 +2,6 @@
 //! heartbeat, its shard loops' template, its upkeep tasks and its first
 //! lease pass.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -11,7 +10,7 @@ use tracing::Instrument;
 
 use super::in_flight::InFlight;
 use super::redelivery::Budget;
-use super::shards::{Balance, KinesisReaders, ShardLoops, Template};
+use super::shards::{Balance, ShardLoops, Template};
 use super::upkeep::{check_unique, process_name, renew_every, sync_shards, Beat};
 use super::{Summary, Worker, WorkerError};
 use crate::admin::{self, Health};
@@ -19,7 +18,6 @@ use crate::aws::AwsClients;
 use crate::config::WorkerConfig;
 use crate::failure::retrying::Retrying;
 use crate::failure::DeadLetters;
-use crate::fanout;
 use crate::fetch::FetchSettings;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
@@ -31,6 +29,7 @@ use crate::dashboard::Dashboard;
 use crate::metrics::{progress, Metrics};
 use crate::output::Outputs;
 use crate::state::StateTable;
+use crate::source::Sources;
 use crate::stream::Streams;
 use crate::swap::deploy::Deployed;
 use crate::swap::fleet::Follower;
@@ -45,7 +44,7 @@ impl Worker {
     pub(super) async fn start(config: WorkerConfig, clients: AwsClients, swapper: Arc<Swapper>) -> Result<Self, WorkerError> {
         let started = Instant::now();
         // Check the streams before touching DynamoDB: a typo in --stream must not create a table.
-        let streams = Streams::describe(&clients.kinesis, &config.streams, config.streams_listed).await?;
+        let streams = Streams::describe(&clients, &config.streams, config.streams_listed).await?;
         let failover = config.take.failover_time;
         let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application).with_renewal_timeout(failover));
         let control = HeartbeatTable::new(clients.dynamodb.clone(), &config.application);
@@ -80,13 +79,12 @@ impl Worker {
         let mut fleet = FleetWatch::new(&me, failover).with_fleet_reads(config.fleet_heartbeat_reads);
         coordinator.follow_fleet(&mut fleet, &read.heartbeats, read_sent, Instant::now());
 
-        let mut fan_out = BTreeMap::new();
-        for stream in streams.iter() {
-            if let Some(subscriptions) = fanout::subscriptions(config.retrieval, &clients.kinesis, &stream.name, &config.application).await? {
-                fan_out.insert(stream.name.clone(), subscriptions);
-            }
-        }
+        let fetch = FetchSettings { max_records: config.fetch_limit(), ..config.fetch.clone() };
+        let sources = Arc::new(Sources::connect(streams.clone(), &clients, fetch, config.retrieval, &config.application).await?);
         let metrics = Arc::new(Metrics::new(&config.application, &me));
+        for stream in streams.iter() {
+            metrics.stream_source(&stream.name, stream.source.label());
+        }
         let health = Arc::new(Health::new(coordinator.liveness(), failover));
         let outputs = Outputs::connect(&config.outputs, &clients, config.output_buffer_bytes, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
         let dead_letters = DeadLetters::connect(&config.failure, &clients, Some(metrics.clone())).await.map_err(WorkerError::Refused)?;
@@ -105,11 +103,7 @@ impl Worker {
         let mut processor = swapper.subscribe();
         let rollout = Rollout::new(processor.borrow_and_update().clone(), config.swap, metrics.clone());
         let template = Template {
-            reader: Arc::new(KinesisReaders {
-                kinesis: clients.kinesis.clone(),
-                fetch: FetchSettings { max_records: config.fetch_limit(), ..config.fetch.clone() },
-                fan_out,
-            }),
+            reader: sources.clone(),
             streams: streams.clone(),
             redelivery: Budget::new(config.swap.buffer_bytes),
             metrics: metrics.clone(),

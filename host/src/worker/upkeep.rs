@@ -146,7 +146,7 @@ pub(super) async fn sync_shards<S: LeaseStore>(
 ) -> Result<bool, WorkerError> {
     let mut planned = Vec::new();
     for stream in streams.iter() {
-        let shards = shard::list_shards(&clients.kinesis, &stream.name).await?;
+        let shards = crate::source::list_shards(clients, stream).await?;
         let of_stream: Vec<&Lease> = leases.iter().filter(|lease| streams.of(&lease.key) == Some(stream)).collect();
         planned.extend(shard::plan_new_leases(&shards, &of_stream, &stream.initial_position, |id| streams.key(stream, id)));
     }

@@ -8,6 +8,7 @@ pub mod iam;
 pub mod java_kcl3;
 pub mod process;
 pub mod producer;
+pub mod tables;
 
 use std::path::PathBuf;
 use std::time::Duration;

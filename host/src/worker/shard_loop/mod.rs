@@ -25,24 +25,16 @@ pub use window::Windows;
 use crate::aws::AwsError;
 use crate::failure::retrying::RetryBoard;
 use crate::failure::{self, deliver::Delivery, DeadLetters, Delivered, FailurePolicy, FailureSettings};
-use crate::fetch::{Fetched, Prefetch, StartingPosition};
+use crate::fetch::Fetched;
+use crate::source::OpenReader;
 use crate::lease::coordinator::{CheckpointFailure, HeldLease};
 use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::output::Outputs;
-use crate::records::kpl::HashRange;
 use crate::records::{Batch, Position};
 use crate::state::StateTable;
 use crate::runtime::{CheckpointSink, Processor, ShardInfo, ShardInstance, SharedMemory};
 use crate::swap::rollout::CallReport;
-
-/// Opens a shard's reader for each attempt: Kinesis (GetRecords or
-/// enhanced fan-out) in a worker, a script in the unit tests.
-pub trait OpenReader: Send + Sync {
-    /// A reader of `shard` of `stream` from `start`; `range` is the lease's
-    /// hash key range, for a KPL aggregate that spans a reshard.
-    fn open(&self, stream: &str, shard: &str, start: StartingPosition, range: Option<HashRange>) -> Prefetch;
-}
 
 /// How a shard's loop ended.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 use super::*;
-use crate::fetch::{self, ShardReader};
+use crate::fetch::{self, Prefetch, ShardReader, StartingPosition};
+use crate::records::kpl::HashRange;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::memory::MemoryStore;
 use crate::lease::rules::TakeSettings;

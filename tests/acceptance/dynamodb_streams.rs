@@ -1,0 +1,150 @@
+//! DynamoDB Streams as a source: a table on moto with its stream on, a
+//! steady writer of puts, updates and deletes, and `kcl-host run` workers
+//! of the `table-totals` example killed (-9) and stopped (SIGTERM) under it.
+//! Judged from the state table: each partition key's total equals the sum
+//! of its items' amounts in the table, each item's last-seen amount equals
+//! the table's, and no change was seen out of order (`gaps/*`); from the
+//! lease table: the stream's shard ids with sequence-number checkpoints, as
+//! the DynamoDB Streams Kinesis Adapter writes them.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use kcl_testkit::java_kcl3;
+use kcl_testkit::tables::table_with_stream;
+use tokio::sync::watch;
+
+use super::*;
+
+/// Writes puts, updates and deletes to `table` until stopped; keeps what the table holds.
+struct Writer {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<BTreeMap<(String, i64), i64>>,
+}
+
+impl Writer {
+    fn start(aws: &AwsClients, table: &str, keys: usize) -> Self {
+        let (dynamodb, table) = (aws.dynamodb.clone(), table.to_owned());
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut items: BTreeMap<(String, i64), i64> = BTreeMap::new();
+            let mut next_sk = 0;
+            let mut tick = tokio::time::interval(Duration::from_millis(20));
+            loop {
+                tokio::select! {
+                    _ = stopped.changed() => return items,
+                    _ = tick.tick() => {}
+                }
+                let existing: Vec<(String, i64)> = items.keys().cloned().collect();
+                let amount = fastrand::i64(1..1000);
+                let (pk, sk, write) = match fastrand::u8(..10) {
+                    0..=4 if !existing.is_empty() => {
+                        let (pk, sk) = existing[fastrand::usize(..existing.len())].clone();
+                        (pk, sk, Some(amount))
+                    }
+                    5 if !existing.is_empty() => {
+                        let (pk, sk) = existing[fastrand::usize(..existing.len())].clone();
+                        (pk, sk, None)
+                    }
+                    _ => {
+                        next_sk += 1;
+                        (format!("account-{}", fastrand::usize(..keys)), next_sk, Some(amount))
+                    }
+                };
+                let key = HashMap::from([("pk".to_owned(), AttributeValue::S(pk.clone())), ("sk".to_owned(), AttributeValue::N(sk.to_string()))]);
+                match write {
+                    Some(amount) => {
+                        let mut item = key;
+                        item.insert("amount".into(), AttributeValue::N(amount.to_string()));
+                        dynamodb.put_item().table_name(&table).set_item(Some(item)).send().await.expect("PutItem");
+                        items.insert((pk, sk), amount);
+                    }
+                    None => {
+                        dynamodb.delete_item().table_name(&table).set_key(Some(key)).send().await.expect("DeleteItem");
+                        items.remove(&(pk, sk));
+                    }
+                }
+            }
+        });
+        Writer { stop, task }
+    }
+
+    /// Stops writing; what the table holds: each item's amount.
+    async fn stop(self) -> BTreeMap<(String, i64), i64> {
+        self.stop.send_replace(true);
+        self.task.await.expect("the writer does not panic")
+    }
+}
+
+/// Every value of the state table written for `stream`, by key.
+async fn state_values(aws: &AwsClients, application: &str, stream: &str) -> BTreeMap<String, i64> {
+    let scan = aws.dynamodb.scan().table_name(format!("{application}-KclHostState")).consistent_read(true).send().await;
+    let Ok(scan) = scan else { return BTreeMap::new() };
+    let text = |item: &HashMap<String, AttributeValue>, name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+    scan.items()
+        .iter()
+        .filter(|item| !item.contains_key("log") && text(item, "stream") == stream)
+        .filter_map(|item| {
+            let value = item.get("value")?.as_b().ok()?;
+            Some((text(item, "key"), std::str::from_utf8(value.as_ref()).ok()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// What `table-totals` should hold for `items`: each item's amount and each key's total.
+fn expected_state(items: &BTreeMap<(String, i64), i64>) -> BTreeMap<String, i64> {
+    let mut state = BTreeMap::new();
+    for ((pk, sk), amount) in items {
+        state.insert(format!("item/{pk}/{sk}"), *amount);
+        *state.entry(format!("total/{pk}")).or_default() += amount;
+    }
+    state
+}
+
+fn worker(arn: &str, application: &str, id: &str) -> KclHost {
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    start_with_env("table-totals", arn, application, id, &["--failover-time", "2s"], &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_change_of_a_table_is_summed_exactly_once_through_a_kill_and_a_sigterm() {
+    let aws = java_kcl3::clients().await;
+    let table = unique("orders");
+    let arn = table_with_stream(&aws.dynamodb, &table).await;
+    let application = unique("cdc-app");
+    let writer = Writer::start(&aws, &table, 6);
+    let mut first = worker(&arn, &application, "worker-1");
+    first.wait_for("changes committed", LIMIT, |log| count_lines(log, "committed ") >= 3).await;
+    let mut second = worker(&arn, &application, "worker-2");
+    first.kill().await;
+    second.wait_for("the killed worker's shard taken over", LIMIT, |log| count_lines(log, "committed ") >= 3).await;
+    let third = worker(&arn, &application, "worker-3");
+    let (exit, log) = second.interrupt().await;
+    assert!(exit.success(), "the second worker stops cleanly on SIGTERM: {}", log.join("\n"));
+    let items = writer.stop().await;
+    assert!(items.len() > 10, "the writer wrote: {items:?}");
+    let expected = expected_state(&items);
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let mut state = state_values(&aws, &application, &arn).await;
+    while state != expected && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        state = state_values(&aws, &application, &arn).await;
+    }
+    let wrong: Vec<String> = expected
+        .iter()
+        .filter(|(key, value)| state.get(*key) != Some(value))
+        .map(|(key, value)| format!("{key}: {:?} in state, {value} in the table", state.get(key)))
+        .chain(state.keys().filter(|key| !expected.contains_key(*key)).map(|key| format!("{key} = {} should not be there", state[key])))
+        .collect();
+    assert!(wrong.is_empty(), "{} state values differ from the table: {:?}", wrong.len(), &wrong[..wrong.len().min(10)]);
+    // The leases: the stream's shard ids, checkpointed at sequence numbers.
+    let described = aws.dynamodb_streams.describe_stream().stream_arn(&arn).send().await.expect("DescribeStream");
+    let shards: BTreeSet<String> = described.stream_description().map(|d| d.shards().iter().filter_map(|s| s.shard_id().map(str::to_owned)).collect()).unwrap_or_default();
+    let leases = leases(&aws.dynamodb, &application).await;
+    for lease in &leases {
+        assert!(matches!(lease.checkpoint, Checkpoint::At(_)), "{} is checkpointed at a sequence number: {:?}", lease.key, lease.checkpoint);
+        assert!(shards.contains(lease.key.as_str()), "{} is a shard of the stream ({shards:?})", lease.key);
+    }
+    let (exit, log) = third.interrupt().await;
+    assert!(exit.success(), "{}", log.join("\n"));
+}
