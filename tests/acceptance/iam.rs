@@ -1,11 +1,13 @@
 //! `kcl-host iam-policy`: every request a worker makes — seen by the fault
 //! proxies in front of both servers, from start to a graceful stop — is
 //! allowed by the policy the command prints for the same arguments, in the
-//! plain, fan-out, outputs with a failure target, state and multi-stream
-//! configurations; and no statement grants a bare `*`.
+//! plain, fan-out, outputs with a failure target, state, multi-stream and
+//! DynamoDB Streams configurations; and no statement grants a bare `*`
+//! (but `dynamodb:ListStreams`, which names no resource).
 
 use std::collections::BTreeSet;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use kcl_testkit::faults::FaultProxy;
 use kcl_testkit::iam::allows;
 use kcl_testkit::java_kcl3;
@@ -203,4 +205,54 @@ async fn a_worker_of_two_streams_needs_nothing_its_policy_does_not_grant() {
         }
     })
     .await;
+}
+
+/// A worker of a DynamoDB table's stream (`--dynamodb-table`), its table,
+/// stream and lease tables all behind one proxy in front of moto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_of_a_tables_stream_needs_nothing_its_policy_does_not_grant() {
+    let aws = java_kcl3::clients().await;
+    let table = unique("iam-orders");
+    let stream_arn = kcl_testkit::tables::table_with_stream(&aws.dynamodb, &table).await;
+    for sk in 0..20 {
+        let item = [("pk", AttributeValue::S("account-1".into())), ("sk", AttributeValue::N(sk.to_string())), ("amount", AttributeValue::N("5".into()))];
+        aws.dynamodb.put_item().table_name(&table).set_item(Some(item.map(|(k, v)| (k.to_owned(), v)).into())).send().await.expect("PutItem");
+    }
+    let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
+    let application = unique("iam-cdc-app");
+    let (processor, cache) = (guest("table-totals"), kcl_testkit::test_cache_dir().display().to_string());
+    let args = ["run", &processor, "--dynamodb-table", &table, "--application", &application, "--cache-dir", &cache, "--idle-time-between-reads", "200ms"];
+    let env = [("AWS_ENDPOINT_URL_DYNAMODB", proxy.endpoint.as_str()), ("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", proxy.endpoint.as_str())];
+    let mut worker = KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, &env);
+    worker.wait_for("every change committed", LIMIT, |log| log.iter().filter_map(|l| l.split_once("committed ")?.1.split(' ').next()?.parse::<usize>().ok()).sum::<usize>() >= 20).await;
+    let (status, log) = worker.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+
+    let (region, account) = ("us-east-1", stream_arn.split(':').nth(4).expect("an ARN names its account"));
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kcl-host"))
+        .args(["iam-policy", &processor, "--dynamodb-table", &table, "--application", &application, "--region", region, "--account-id", account])
+        .output()
+        .await
+        .expect("kcl-host runs");
+    assert!(output.status.success(), "iam-policy failed: {}", String::from_utf8_lossy(&output.stderr));
+    let policy: Value = serde_json::from_slice(&output.stdout).expect("the policy is JSON");
+    let mut actions = BTreeSet::new();
+    let mut refused = BTreeSet::new();
+    for needed in proxy.counts().requests.into_iter().flat_map(|seen| seen.authorizations) {
+        // A request naming nothing (a shard iterator, ListStreams) reads the table's stream.
+        let resource = match needed.resource.as_deref() {
+            Some(arn) if arn.starts_with("arn:") => arn.to_owned(),
+            Some(table) => format!("arn:aws:dynamodb:{region}:{account}:table/{table}"),
+            None => stream_arn.clone(),
+        };
+        if !allows(&policy, &needed.action, &resource) {
+            refused.insert(format!("{} on {resource}", needed.action));
+        }
+        actions.insert(needed.action);
+    }
+    assert!(refused.is_empty(), "requests the policy does not allow: {refused:#?}\npolicy: {policy:#}");
+    eprintln!("{} actions, each allowed: {actions:?}", actions.len());
+    for action in ["dynamodb:ListStreams", "dynamodb:DescribeStream", "dynamodb:GetShardIterator", "dynamodb:GetRecords", "dynamodb:UpdateItem"] {
+        assert!(actions.contains(action), "{action} was called: {actions:?}");
+    }
 }

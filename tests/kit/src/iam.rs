@@ -45,6 +45,8 @@ pub fn authorizations(target: &str, body: &Value) -> Vec<Authorization> {
             body["RequestItems"].as_object().into_iter().flat_map(|tables| tables.keys()).map(|table| need(operation, Some(table.clone()))).collect()
         }
         ("dynamodb", _) => vec![need(operation, text(body, "TableName"))],
+        // DynamoDB Streams' actions are DynamoDB's, on the stream's ARN (none in GetRecords and ListStreams).
+        ("dynamodbstreams", _) => vec![Authorization { action: format!("dynamodb:{operation}"), resource: text(body, "StreamArn") }],
         (_, "RegisterStreamConsumer") => vec![need(operation, text(body, "StreamARN"))],
         _ => {
             let consumer = text(body, "ConsumerARN").or_else(|| {
