@@ -79,6 +79,20 @@ pub struct Streams {
     multi: bool,
 }
 
+/// The stream identifier the DynamoDB Streams Kinesis Adapter (2.x) gives
+/// the stream `arn`: `region$account$table$label` (the label's colons as
+/// `_`), created at epoch 1. A table of shard-id rows keeps its shard ids
+/// (the adapter's single-stream keys); a table of multi-stream rows gets the
+/// adapter's multi-stream keys, `account:region$account$table$label:1:shardId`.
+fn adapter_identifier(arn: &str) -> StreamIdentifier {
+    // arn:<partition>:dynamodb:<region>:<account>:table/<table>/stream/<label>
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    let (region, account, resource) = (parts.get(3).copied().unwrap_or_default(), parts.get(4).copied().unwrap_or_default(), parts.get(5).copied().unwrap_or_default());
+    let (table, label) = resource.strip_prefix("table/").and_then(|r| r.split_once("/stream/")).unwrap_or_default();
+    let name = [region, account, table, &label.replace(':', "_")].join("$");
+    StreamIdentifier { account: account.to_owned(), name, creation_epoch: 1 }
+}
+
 /// The key of the first row in `leases` that `matches`, to name it in an error.
 fn example(leases: &[Lease], matches: impl Fn(&Lease) -> bool) -> Option<&str> {
     leases.iter().find(|lease| matches(lease)).map(|lease| lease.key.as_str())
@@ -127,16 +141,14 @@ impl Streams {
     }
 
     /// A DynamoDB stream, described (which checks that it exists). Its
-    /// leases are keyed by shard id, as the DynamoDB Streams Kinesis Adapter's are.
+    /// leases are keyed as the DynamoDB Streams Kinesis Adapter keys them.
     async fn dynamodb_stream(clients: &AwsClients, spec: &StreamSpec, arn: &str) -> Result<AppStream, AwsError> {
         let (facts, _) = dynamodb::describe(&clients.dynamodb_streams, arn).await?;
         tracing::info!(stream = arn, table = %facts.table, view = %facts.view_type, partition_key = %facts.hash_key, "reading a DynamoDB stream");
-        // arn:<partition>:dynamodb:<region>:<account>:table/<table>/stream/<label>
-        let account = arn.split(':').nth(4).unwrap_or_default().to_owned();
         Ok(AppStream {
             name: arn.to_owned(),
             initial_position: spec.initial_position.clone(),
-            identifier: StreamIdentifier { account, name: facts.table.clone(), creation_epoch: facts.created_epoch },
+            identifier: adapter_identifier(arn),
             source: SourceKind::DynamoDb(Arc::new(facts)),
         })
     }
@@ -233,6 +245,25 @@ mod tests {
         // A stream made again under the same name is another stream.
         assert!(!scope(&LeaseKey::from("000000000000:orders:1800000000:shardId-000000000000")));
         assert!(!scope(&LeaseKey::shard("shardId-000000000000")));
+    }
+
+    #[test]
+    fn a_dynamodb_streams_lease_key_is_the_adapters_in_either_format() {
+        let arn = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-12-01T00:00:00.000";
+        let identifier = adapter_identifier(arn);
+        let stream = AppStream {
+            name: arn.into(),
+            initial_position: InitialPosition::TrimHorizon,
+            identifier,
+            source: SourceKind::Kinesis, // what the key depends on is the identifier
+        };
+        let shard = "shardId-00000001764547200000-0a1b2c3d";
+        let single = Streams { streams: vec![stream.clone()], multi: false };
+        assert_eq!(single.key(&stream, shard), shard);
+        let multi = Streams { streams: vec![stream.clone()], multi: true };
+        let key = multi.key(&stream, shard);
+        assert_eq!(key, "123456789012:us-east-1$123456789012$orders$2026-12-01T00_00_00.000:1:shardId-00000001764547200000-0a1b2c3d");
+        assert_eq!(multi.of(&key).map(|s| s.name.as_str()), Some(arn), "an adapter's multi-stream row is this stream's");
     }
 
     #[test]
