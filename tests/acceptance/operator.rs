@@ -55,7 +55,7 @@ async fn bad_input_gets_one_clear_message_and_a_non_zero_exit() {
         ),
         (vec!["run", &counter, "--stream", "s", "--application", &long_application], vec![], "use 3 to 237 characters (it names the lease table"),
         (vec!["run", &counter, "--stream", "s", "--application", "app", "--idle-time-between-reads", "-1s"], vec![], "use a duration with a unit"),
-        (vec!["run", &counter, "--stream", "arn:aws:sqs:us-east-2:1:q", "--application", "app"], vec![], "give a stream name or a Kinesis stream ARN"),
+        (vec!["run", &counter, "--stream", "arn:aws:sqs:us-east-2:1:q", "--application", "app"], vec![], "give a Kinesis stream's name or ARN"),
         (vec!["replay", &counter, "--input", "-", "--batch-size", "0"], vec![], "0 is not in 1.."),
         (vec!["init", ".", "--lang", "rust"], vec![], "`.` names no new directory"),
         (vec!["run", &counter, "--stream", "s", "--application", "app"], vec![("KCL_HOST_MAX_RECORDS", "lots")], "KCL_HOST_MAX_RECORDS=\"lots\" is not valid"),
