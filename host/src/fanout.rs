@@ -138,7 +138,7 @@ impl<S: Subscriptions> ShardReader for Subscriber<S> {
             if batch.is_empty() && shard_end.is_none() && batch.millis_behind_latest > 0 {
                 continue;
             }
-            return Ok(Fetched { batch, shard_end, reads: Reads::default() });
+            return Ok(Fetched { batch, shard_end, reads: Reads::default(), read_at_ms: crate::clock::unix_ms() });
         }
     }
 }

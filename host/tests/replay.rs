@@ -411,18 +411,31 @@ fn a_wildcard_allow_list_reaches_no_loopback_or_metadata_address_however_spelled
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
-/// A processor that prints 64 MiB in one call fills no disk: its instance
+/// A processor that prints 16 MiB in one call fills no disk: its instance
 /// logs at most about a second's worth of lines, and the host says how
 /// much it dropped.
 #[test]
 fn a_processor_flooding_its_output_is_rate_limited_and_told_what_was_dropped() {
+    // 16 MiB of 100-byte lines: far over the limit (1,000 lines a second).
+    const LINES: usize = (16 << 20) / 100;
     let input = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(input.path(), "{\"data\": \"flood:64\"}\n{\"data\": \"after\"}\n").unwrap();
+    std::fs::write(input.path(), "{\"data\": \"flood:16\"}\n{\"data\": \"after\"}\n").unwrap();
+    let started = std::time::Instant::now();
     let (code, stdout, stderr) = replay_file("forward", input.path().to_str().unwrap(), &["--output", "out=stdout"]);
+    let elapsed = started.elapsed().as_secs_f64();
     assert_eq!(code, 0, "{stdout}\n{}", &stderr[stderr.len().saturating_sub(2000)..]);
     let printed = stderr.lines().filter(|l| l.contains("kcl_host::guest: ffff")).count();
     assert!(printed >= 1_000, "a second's worth is kept: {printed} lines");
-    assert!(stderr.len() < 8 << 20, "{} bytes of log for 64 MiB printed", stderr.len());
+    // The rate holds however long the flood took on this machine.
+    assert!((printed as f64) <= 1_000.0 * (elapsed + 1.0), "{printed} lines kept in {elapsed:.1} s");
+    let dropped: usize = stderr
+        .lines()
+        .filter_map(|l| l.split("dropped ").nth(1)?.split(" lines (").next()?.parse::<usize>().ok())
+        .sum();
+    assert!(dropped > 0, "{}", &stderr[stderr.len().saturating_sub(2000)..]);
+    // Every line is kept or counted as dropped: the flood's, and the next record's own line.
+    let after_kept = stderr.lines().any(|l| l.contains("kcl_host::guest: record ") && l.contains(" after "));
+    assert_eq!(printed + dropped, LINES + usize::from(!after_kept), "kept and dropped lines add up to what was printed");
     assert!(stderr.contains("of this processor's output: an instance logs at most"), "{}", &stderr[stderr.len().saturating_sub(2000)..]);
     assert!(stdout.contains("replayed 2 records"), "the next record is processed: {stdout}");
 }

@@ -148,3 +148,80 @@ async fn every_change_of_a_table_is_summed_exactly_once_through_a_kill_and_a_sig
     let (exit, log) = third.interrupt().await;
     assert!(exit.success(), "{}", log.join("\n"));
 }
+
+/// The changes a worker's log shows (kcl-host's counter example or the
+/// adapter worker): sequence number → the item's partition key value.
+fn changes_in(log: &[String]) -> BTreeMap<String, String> {
+    log.iter()
+        .filter_map(|line| {
+            let (_, rest) = ["kcl_host::guest: record ", "java-kcl: record "].iter().find_map(|tag| line.split_once(tag))?;
+            let mut parts = rest.splitn(3, ' ');
+            Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
+        })
+        .collect()
+}
+
+/// Puts `count` items whose partition keys are `<phase>-<n>`; returns those keys.
+async fn put_items(aws: &AwsClients, table: &str, phase: &str, count: usize) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for n in 0..count {
+        let pk = format!("{phase}-{n}");
+        let item = HashMap::from([("pk".to_owned(), AttributeValue::S(pk.clone())), ("sk".to_owned(), AttributeValue::N("1".into())), ("amount".to_owned(), AttributeValue::N(n.to_string()))]);
+        aws.dynamodb.put_item().table_name(table).set_item(Some(item)).send().await.expect("PutItem");
+        keys.insert(pk);
+    }
+    keys
+}
+
+/// A table's stream handed between kcl-host and a Java worker built on the
+/// DynamoDB Streams Kinesis Adapter 2.0.1 (Java KCL 3.1.1), both ways, as
+/// the Kinesis mixed-fleet tests do: each takes over from the other's
+/// checkpoints (shard-id lease keys, sequence-number checkpoints), so no
+/// change is processed twice and none is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tables_stream_passes_from_kcl_host_to_the_java_adapter_and_back_with_its_checkpoints() {
+    let aws = java_kcl3::clients().await;
+    let table = unique("handoff");
+    let arn = table_with_stream(&aws.dynamodb, &table).await;
+    let application = unique("cdc-java-app");
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let env = [("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str())];
+    let flags = ["--failover-time", "4000ms", "--lease-renewal", "per-lease"];
+    let keys_seen = |log: &[String], keys: &BTreeSet<String>| {
+        let seen: BTreeSet<String> = changes_in(log).into_values().collect();
+        seen.is_superset(keys)
+    };
+
+    let first = put_items(&aws, &table, "host", 5).await;
+    let mut host = start_with_env("counter", &arn, &application, "kcl-host-1", &flags, &env);
+    host.wait_for("the first changes", LIMIT, |log| keys_seen(log, &first)).await;
+    host.signal(SIGTERM);
+    let (exit, host_log) = host.wait_exit(LIMIT).await;
+    assert!(exit.success(), "{}", host_log.join("\n"));
+    let by_host = changes_in(&host_log);
+
+    let second = put_items(&aws, &table, "java", 5).await;
+    let mut java = java_kcl3::spawn_adapter(&arn, &application, "java-1", 4_000);
+    java.wait_for("the changes after kcl-host's checkpoints", LIMIT, |log| keys_seen(log, &second)).await;
+    java.signal(SIGTERM);
+    let (_, java_log) = java.wait_exit(LIMIT).await;
+    assert_eq!(count_lines(&java_log, "java-kcl: stopped"), 1, "a graceful stop, checkpointed: {}", java_log.join("\n"));
+    let by_java = changes_in(&java_log);
+    assert!(by_java.values().all(|pk| second.contains(pk)), "the adapter went on from kcl-host's checkpoints: {by_java:?}");
+    assert!(by_java.keys().all(|seq| !by_host.contains_key(seq)), "no change processed twice");
+
+    let third = put_items(&aws, &table, "back", 5).await;
+    let mut back = start_with_env("counter", &arn, &application, "kcl-host-2", &flags, &env);
+    back.wait_for("the changes after the adapter's checkpoints", LIMIT, |log| keys_seen(log, &third)).await;
+    let (exit, back_log) = back.interrupt().await;
+    assert!(exit.success(), "{}", back_log.join("\n"));
+    let by_back = changes_in(&back_log);
+    assert!(by_back.values().all(|pk| third.contains(pk)), "kcl-host went on from the adapter's checkpoints: {by_back:?}");
+    assert_eq!(by_host.len() + by_java.len() + by_back.len(), 15, "each change once: {by_host:?} {by_java:?} {by_back:?}");
+
+    // One lease table: the stream's shard ids, checkpointed at sequence numbers by whoever held them last.
+    for lease in leases(&aws.dynamodb, &application).await {
+        assert!(lease.key.as_str().starts_with("shardId-"), "{}", lease.key);
+        assert!(matches!(lease.checkpoint, Checkpoint::At(_) | Checkpoint::ShardEnd), "{}: {:?}", lease.key, lease.checkpoint);
+    }
+}

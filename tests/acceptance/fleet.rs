@@ -181,7 +181,6 @@ async fn a_child_its_parents_owner_has_no_room_for_is_taken_by_the_other_worker_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_worker_hands_its_shards_over_without_duplicates() {
-    const SIGTERM: i32 = 15;
     let mut pair = Pair::start("handoff").await;
     pair.second().signal(SIGTERM);
     let (status, log_second) = pair.second.take().unwrap().wait_exit(LIMIT).await;
@@ -332,7 +331,6 @@ impl MixedFleet {
 /// lease moves after a checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_java_kcl_3_worker_gets_its_share_from_kcl_host_and_every_shard_once_it_stops() {
-    const SIGTERM: i32 = 15;
     let mut fleet = MixedFleet::new("kcl3").await;
     let (aws, application) = (fleet.aws.clone(), fleet.application.clone());
     let mut host = fleet.kcl_host("kcl-host-1");

@@ -41,6 +41,8 @@ fn guest(name: &str) -> String {
 /// Generous: the servers are slow on a loaded 2-core machine. Nothing waits
 /// this long unless something is broken.
 const LIMIT: Duration = Duration::from_secs(90);
+/// The signal a service manager stops a process with.
+const SIGTERM: i32 = 15;
 
 fn payloads(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()

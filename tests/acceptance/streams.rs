@@ -7,8 +7,6 @@ use super::fleet::{covers, delivered_set, only_after_checkpoints_twice, put_all}
 use super::*;
 use kcl_testkit::java_kcl3;
 
-const SIGTERM: i32 = 15;
-
 /// The stream name in a multi-stream lease key (`account:stream:creationEpoch:shardId`).
 fn stream_of(key: &str) -> &str {
     key.split(':').nth(1).unwrap_or_else(|| panic!("`{key}` names no stream"))
@@ -108,6 +106,16 @@ async fn a_worker_on_two_streams_is_joined_by_a_second_that_takes_a_lease_of_eac
     assert!(exit.success(), "{}", log.join("\n"));
     earlier.extend(delivered(&log));
     let first = start_with("counter", &three, &application, "worker-1", &["--failover-time", "1s"]);
+    // A rolling restart: the next worker stops once this one holds its share (3 of 6) again.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let owners = owners_by_stream(&aws, &application).await;
+        if owners.iter().filter(|((worker, _), _)| worker == "worker-1").map(|(_, n)| n).sum::<usize>() >= 3 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the restarted worker never took its share: {owners:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let (exit, log) = second.interrupt().await;
     assert!(exit.success(), "{}", log.join("\n"));
     earlier.extend(delivered(&log));

@@ -20,6 +20,7 @@ use aws_sdk_kinesis::config::http::HttpResponse;
 
 use crate::aws::{AwsError, Service};
 use crate::backoff::Backoff;
+use crate::clock::unix_ms;
 use crate::hedge::{Asked, Hedge};
 use crate::metrics::Reads;
 
@@ -132,6 +133,11 @@ pub struct Fetched {
     pub shard_end: Option<BTreeSet<String>>,
     /// The GetRecords calls made for this batch (none with enhanced fan-out).
     pub reads: Reads,
+    /// When the read that gave this batch was sent (ms since the Unix
+    /// epoch; with enhanced fan-out, when its event came): a batch at the
+    /// shard's tip says no record that arrived before then is still unread,
+    /// which is what closes a window by the clock.
+    pub read_at_ms: u64,
 }
 
 /// Reads one shard, in order, from a starting position.
@@ -197,7 +203,7 @@ impl Fetcher {
                 Some(iterator) => iterator.clone(),
                 None => match self.shard_iterator().await {
                     Ok(Some(iterator)) => iterator,
-                    Ok(None) => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), reads }),
+                    Ok(None) => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), reads, read_at_ms: unix_ms() }),
                     Err(e) if e.is_transient() => {
                         self.failed_call(&e);
                         tokio::time::sleep_until(self.next_call).await;
@@ -209,6 +215,7 @@ impl Fetcher {
             tokio::time::sleep_until(self.next_call).await;
             self.next_call = Instant::now() + MIN_CALL_INTERVAL;
             reads.calls += 1;
+            let read_at_ms = unix_ms();
             let (answer, asked) = self.get_records(&iterator).await;
             if asked.again > 0 {
                 tracing::warn!(shard = %self.shard, "GetRecords went unanswered; asked again {} times on new connections", asked.again);
@@ -268,7 +275,7 @@ impl Fetcher {
                 // At the tip: said once per idle read, which is the clock of `--window`.
                 self.next_call = Instant::now() + self.settings.idle_time_between_reads;
             }
-            return Ok(Fetched { batch, shard_end, reads });
+            return Ok(Fetched { batch, shard_end, reads, read_at_ms });
         }
     }
 

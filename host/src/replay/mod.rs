@@ -74,7 +74,7 @@ impl CheckpointSink for RecordingSink {
         self.state.commit(state);
         if let Some(keys) = &self.window_keys {
             let mut keys = keys.lock().expect("not poisoned");
-            for (key, _) in state {
+            for key in state.keys() {
                 keys.insert(key.clone());
             }
         }

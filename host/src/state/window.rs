@@ -50,6 +50,10 @@ pub struct WindowIndex {
     shard: String,
     length_ms: u64,
     open: Option<Open>,
+    /// Where the last window this process closed ended: a record that
+    /// arrived before it (late by more than the clock's allowance) counts
+    /// in a later window, never in one already closed.
+    closed_end_ms: Option<u64>,
     /// Set by [`Self::begin_close`]: the next commit ends the window.
     closing: bool,
     staged: Option<Staged>,
@@ -58,7 +62,7 @@ pub struct WindowIndex {
 impl WindowIndex {
     /// No window open yet, for `shard` with windows `length_ms` long.
     pub fn new(shard: &str, length_ms: u64) -> Self {
-        Self { shard: shard.to_owned(), length_ms, open: None, closing: false, staged: None }
+        Self { shard: shard.to_owned(), length_ms, open: None, closed_end_ms: None, closing: false, staged: None }
     }
 
     /// The shard whose windows these are.
@@ -98,6 +102,12 @@ impl WindowIndex {
     /// The open window's bounds.
     pub fn open_window(&self) -> Option<WindowBounds> {
         self.open.as_ref().map(|open| WindowBounds { start_ms: open.start_ms, end_ms: open.start_ms + self.length_ms, shard_ended: false })
+    }
+
+    /// The earliest window a record may still count in: the open one, or
+    /// the one after the last closed.
+    pub fn earliest_start(&self) -> Option<u64> {
+        self.open.as_ref().map(|open| open.start_ms).or(self.closed_end_ms)
     }
 
     /// Opens the window starting at `start_ms`, when none is.
@@ -157,7 +167,7 @@ impl WindowIndex {
     pub fn committed(&mut self) {
         match self.staged.take() {
             Some(Staged::Close) => {
-                self.open = None;
+                self.closed_end_ms = self.open.take().map(|open| open.start_ms + self.length_ms);
                 self.closing = false;
             }
             Some(Staged::Keys { start_ms, keys, items }) => {
@@ -210,6 +220,7 @@ mod tests {
         assert_eq!(close, (0..2).map(|n| (format!("~kcl/window/shardId-1/{n}"), None)).collect());
         index.committed();
         assert!(index.open_window().is_none());
+        assert_eq!(index.earliest_start(), Some(180_000), "a late record counts in a later window, not the closed one");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! A Java KCL 3.5.1 worker (`tests/java-kcl3`, built by
-//! `scripts/build-java-kcl3.sh`) as a child process, and clients for the
-//! DynamoDB server it runs against (moto, from `scripts/servers.sh start
+//! A Java KCL 3.5.1 worker (`tests/java-kcl3`) and a DynamoDB Streams
+//! Kinesis Adapter worker (`tests/java-ddb-adapter`), both built by
+//! `scripts/build-java-kcl3.sh`, as child processes, and clients for the
+//! DynamoDB server they run against (moto, from `scripts/servers.sh start
 //! --kcl3`: dynalite cannot host 3.x's lease table).
 
 use std::path::PathBuf;
@@ -29,11 +30,26 @@ pub async fn clients() -> AwsClients {
 /// It logs each record as kcl-host's counter example does, so
 /// [`KclHost::delivered`] reads it (processor `java-kcl-3.5.1`).
 pub fn spawn(stream: &str, application: &str, worker: &str, failover_ms: u64) -> KclHost {
-    let project = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../java-kcl3");
+    spawn_java("java-kcl3", "kcl3.Worker", stream, application, worker, failover_ms)
+}
+
+/// Starts a worker built on the DynamoDB Streams Kinesis Adapter 2.0.1
+/// (`tests/java-ddb-adapter`, Java KCL 3.1.1 under it) on the DynamoDB
+/// stream `arn`, as [`spawn`] does. It logs each change as the counter
+/// example does, with the item's partition key value as the key
+/// (processor `ddb-adapter-2.0.1`).
+pub fn spawn_adapter(arn: &str, application: &str, worker: &str, failover_ms: u64) -> KclHost {
+    spawn_java("java-ddb-adapter", "adapter.Worker", arn, application, worker, failover_ms)
+}
+
+/// Runs `class` of the Maven project `tests/<project>` (built by
+/// `scripts/build-java-kcl3.sh`) with the arguments both workers take.
+fn spawn_java(project: &str, class: &str, stream: &str, application: &str, worker: &str, failover_ms: u64) -> KclHost {
+    let project = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(project);
     let dependencies = std::fs::read_to_string(project.join("target/classpath.txt"))
         .unwrap_or_else(|_| panic!("{} has no build: run scripts/build-java-kcl3.sh first", project.display()));
     let classpath = format!("{}:{}", project.join("target/classes").display(), dependencies.trim());
     let failover = failover_ms.to_string();
-    let args = ["-cp", &classpath, "kcl3.Worker", stream, application, worker, &failover];
+    let args = ["-cp", &classpath, class, stream, application, worker, &failover];
     KclHost::spawn_with_env("java".as_ref(), &args, &[("AWS_ENDPOINT_URL_DYNAMODB", &dynamodb_endpoint())])
 }

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::record;
 use crate::aws::{AwsError, Service};
 use crate::backoff::Backoff;
+use crate::clock::unix_ms;
 use crate::fetch::{Fetched, ShardReader, StartingPosition};
 use crate::metrics::Reads;
 use crate::records::{Batch, Position, Record};
@@ -73,7 +74,7 @@ impl StreamReader {
                 Some(iterator) => iterator,
                 None => match self.shard_iterator().await {
                     Ok(Some(iterator)) => iterator,
-                    Ok(None) => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), reads }),
+                    Ok(None) => return Ok(Fetched { batch: Batch::default(), shard_end: Some(BTreeSet::new()), reads, read_at_ms: unix_ms() }),
                     Err(e) => {
                         self.failed(e)?;
                         continue;
@@ -81,6 +82,7 @@ impl StreamReader {
                 },
             };
             reads.calls += 1;
+            let read_at_ms = unix_ms();
             let output = match self.client.get_records().shard_iterator(&iterator).limit(self.limit).send().await {
                 Ok(output) => output,
                 Err(e) if e.as_service_error().is_some_and(|s| s.is_expired_iterator_exception()) => {
@@ -114,7 +116,7 @@ impl StreamReader {
             if let Some(last) = batch.positions().last() {
                 // How old the newest change read is: DynamoDB Streams has no MillisBehindLatest.
                 let newest = batch.arrival_timestamps_ms.last().copied().unwrap_or_default();
-                batch.millis_behind_latest = crate::clock::unix_ms().saturating_sub(newest);
+                batch.millis_behind_latest = unix_ms().saturating_sub(newest);
                 self.resume = StartingPosition::After(last.sequence_number().to_owned());
                 if let Some(checkpoint) = self.skip_through.take() {
                     batch = batch.after(&checkpoint);
@@ -123,13 +125,13 @@ impl StreamReader {
             self.iterator = output.next_shard_iterator;
             if self.iterator.is_none() {
                 let children = self.children().await?;
-                return Ok(Fetched { batch, shard_end: Some(children), reads });
+                return Ok(Fetched { batch, shard_end: Some(children), reads, read_at_ms });
             }
             if batch.is_empty() {
                 // At the tip (or a gap in an open shard): said once per read, the clock of `--window`.
                 self.next_call = Instant::now() + self.idle;
             }
-            return Ok(Fetched { batch, shard_end: None, reads });
+            return Ok(Fetched { batch, shard_end: None, reads, read_at_ms });
         }
     }
 

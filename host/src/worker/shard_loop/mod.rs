@@ -210,7 +210,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                     continue;
                 }
             };
-            let Fetched { batch, shard_end, reads } = match fetched {
+            let Fetched { batch, shard_end, reads, read_at_ms } = match fetched {
                 Ok(fetched) => fetched,
                 // Waiting cannot bring a deleted stream back: the worker stops and says why.
                 Err(AwsError::StreamNotFound(stream)) => {
@@ -249,7 +249,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                 }
             }
             if (at_tip || shard_end.is_some())
-                && let Err(interrupt) = self.close_if_over(&mut instance, shard_end.is_some()).await
+                && let Err(interrupt) = self.close_if_over(&mut instance, shard_end.is_some(), read_at_ms).await
             {
                 return interrupt;
             }

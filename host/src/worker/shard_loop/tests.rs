@@ -62,7 +62,7 @@ impl OpenReader for ScriptedShard {
             })
             .collect();
         let shard_end = self.closed.then(BTreeSet::new);
-        fetch::prefetch(Script(Some(Fetched { batch, shard_end, reads: crate::metrics::Reads { calls: 1, ..Default::default() } })))
+        fetch::prefetch(Script(Some(Fetched { batch, shard_end, reads: crate::metrics::Reads { calls: 1, ..Default::default() }, read_at_ms: crate::clock::unix_ms() })))
     }
 }
 

@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use super::{Interrupt, Outcome, ShardLoop};
-use crate::clock::unix_ms;
 use crate::lease::LeaseStore;
 use crate::records::Batch;
 use crate::runtime::{CallError, CheckpointError, ShardInstance, WindowBounds};
@@ -45,10 +44,11 @@ impl Windows {
 
     /// `batch` in pieces of one window each, in order, with the start of
     /// each piece's window (none without windows). A record that arrived
-    /// before the open window started (a clock's skew) counts in it.
+    /// before the open window started (a clock's skew), or in a window
+    /// already closed, counts in the earliest window still open to it.
     pub(super) fn pieces(&self, batch: Batch) -> Vec<(Option<u64>, Batch)> {
         let Some(windows) = self.with_index(|index| {
-            let mut current = index.open_window().map(|open| open.start_ms);
+            let mut current = index.earliest_start();
             batch
                 .arrival_timestamps_ms
                 .iter()
@@ -98,12 +98,15 @@ impl<S: LeaseStore> ShardLoop<S> {
     }
 
     /// At the shard's tip (or its end, `shard_ended`): closes the open
-    /// window if it is over (at the end: whatever its bounds).
-    pub(super) async fn close_if_over(&self, instance: &mut ShardInstance, shard_ended: bool) -> Result<(), Interrupt> {
+    /// window if it is over (at the end: whatever its bounds). Over means
+    /// over when the read that found the tip was sent (`read_at_ms`), not
+    /// now: a batch read ahead and delivered late says nothing of the
+    /// records that arrived since.
+    pub(super) async fn close_if_over(&self, instance: &mut ShardInstance, shard_ended: bool, read_at_ms: u64) -> Result<(), Interrupt> {
         let open = self.windows.with_index(|index| index.open_window()).flatten();
         match open {
             Some(open) if shard_ended => self.close_window(instance, WindowBounds { shard_ended, ..open }).await,
-            Some(open) if unix_ms() >= open.end_ms + CLOCK_ALLOWANCE_MS => self.close_window(instance, open).await,
+            Some(open) if read_at_ms >= open.end_ms + CLOCK_ALLOWANCE_MS => self.close_window(instance, open).await,
             _ => Ok(()),
         }
     }
@@ -141,6 +144,7 @@ impl<S: LeaseStore> ShardLoop<S> {
 mod tests {
     use super::*;
     use crate::records::Record;
+    use crate::runtime::StateChanges;
 
     fn arriving(arrivals: &[u64]) -> Batch {
         let seqs: Vec<String> = (1..=arrivals.len()).map(|i| i.to_string()).collect();
@@ -165,5 +169,12 @@ mod tests {
         windows.with_index(|index| index.open_at(120_000));
         assert_eq!(cut(&windows, &[119_500, 121_000, 181_000]), vec![(Some(120_000), vec![119_500, 121_000]), (Some(180_000), vec![181_000])]);
         assert!(cut(&windows, &[]).iter().all(|(start, batch)| start.is_none() && batch.is_empty()), "an empty batch (a read at the tip) is one empty piece");
+        // Once that window closed, a record stamped in it (late past the allowance) counts in the next: it never reopens it.
+        windows.with_index(|index| {
+            index.begin_close();
+            index.commit_items(&StateChanges::new());
+            index.committed();
+        });
+        assert_eq!(cut(&windows, &[150_000, 185_000]), vec![(Some(180_000), vec![150_000, 185_000])]);
     }
 }

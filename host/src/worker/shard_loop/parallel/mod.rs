@@ -126,7 +126,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                     idle[index] = Some(lane);
                 }
                 fetched = fetcher.next(), if read_more => match fetched {
-                    Ok(Fetched { batch, shard_end, reads }) => {
+                    Ok(Fetched { batch, shard_end, reads, .. }) => {
                         self.metrics.get_records(reads);
                         self.metrics.millis_behind_latest(batch.millis_behind_latest);
                         if !lease.checkpoint.has_started() && first_delivered.is_none() {

@@ -1,18 +1,15 @@
 package kcl3;
 
-import java.io.FileDescriptor;
-import java.io.FileOutputStream;
-import java.io.PrintStream;
-import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
 
+import kcltest.Args;
+import kcltest.Clients;
+import kcltest.LoggedProcessor;
 import software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider;
 import software.amazon.awssdk.http.Protocol;
 import software.amazon.awssdk.http.nio.netty.NettyNioAsyncHttpClient;
-import software.amazon.awssdk.regions.Region;
 import software.amazon.awssdk.services.cloudwatch.CloudWatchAsyncClient;
 import software.amazon.awssdk.services.dynamodb.DynamoDbAsyncClient;
 import software.amazon.awssdk.services.kinesis.KinesisAsyncClient;
@@ -22,15 +19,10 @@ import software.amazon.kinesis.common.InitialPositionInStreamExtended;
 import software.amazon.kinesis.common.StreamConfig;
 import software.amazon.kinesis.common.StreamIdentifier;
 import software.amazon.kinesis.coordinator.Scheduler;
-import software.amazon.kinesis.lifecycle.events.InitializationInput;
-import software.amazon.kinesis.lifecycle.events.LeaseLostInput;
 import software.amazon.kinesis.lifecycle.events.ProcessRecordsInput;
-import software.amazon.kinesis.lifecycle.events.ShardEndedInput;
-import software.amazon.kinesis.lifecycle.events.ShutdownRequestedInput;
 import software.amazon.kinesis.metrics.MetricsLevel;
 import software.amazon.kinesis.processor.FormerStreamsLeasesDeletionStrategy;
 import software.amazon.kinesis.processor.MultiStreamTracker;
-import software.amazon.kinesis.processor.RecordProcessorCheckpointer;
 import software.amazon.kinesis.processor.ShardRecordProcessor;
 import software.amazon.kinesis.processor.ShardRecordProcessorFactory;
 import software.amazon.kinesis.retrieval.KinesisClientRecord;
@@ -53,27 +45,21 @@ import software.amazon.kinesis.retrieval.polling.PollingConfig;
  */
 public final class Worker {
     private static final String VERSION = "java-kcl-3.5.1";
-    private static final PrintStream OUT = new PrintStream(new FileOutputStream(FileDescriptor.out), true, StandardCharsets.UTF_8);
 
     public static void main(String[] args) throws Exception {
-        String stream = args[0];
-        String application = args[1];
-        String workerId = args[2];
-        long failoverMillis = Long.parseLong(args[3]);
-        Region region = Region.of(System.getenv().getOrDefault("AWS_REGION", "us-east-1"));
+        Args given = Args.parse(args);
+        String stream = given.stream();
         KinesisAsyncClient kinesis = KinesisAsyncClient.builder()
-                .region(region).credentialsProvider(DefaultCredentialsProvider.create())
+                .region(Clients.region()).credentialsProvider(DefaultCredentialsProvider.create())
                 .httpClientBuilder(NettyNioAsyncHttpClient.builder().protocol(Protocol.HTTP1_1))
-                .endpointOverride(URI.create(System.getenv("AWS_ENDPOINT_URL_KINESIS"))).build();
-        DynamoDbAsyncClient dynamo = DynamoDbAsyncClient.builder()
-                .region(region).credentialsProvider(DefaultCredentialsProvider.create())
-                .endpointOverride(URI.create(System.getenv("AWS_ENDPOINT_URL_DYNAMODB"))).build();
-        CloudWatchAsyncClient cloudWatch = CloudWatchAsyncClient.builder().region(region).build();
+                .endpointOverride(Clients.endpoint("AWS_ENDPOINT_URL_KINESIS")).build();
+        DynamoDbAsyncClient dynamo = Clients.dynamoDb();
+        CloudWatchAsyncClient cloudWatch = Clients.cloudWatch();
         InitialPositionInStreamExtended trimHorizon = InitialPositionInStreamExtended.newInitialPosition(InitialPositionInStream.TRIM_HORIZON);
         boolean multi = stream.contains(",");
         ConfigsBuilder configs = multi
-                ? new ConfigsBuilder(tracker(kinesis, stream.split(","), trimHorizon), application, kinesis, dynamo, cloudWatch, workerId, new Factory())
-                : new ConfigsBuilder(stream, application, kinesis, dynamo, cloudWatch, workerId, new Factory());
+                ? new ConfigsBuilder(tracker(kinesis, stream.split(","), trimHorizon), given.application(), kinesis, dynamo, cloudWatch, given.workerId(), new Factory())
+                : new ConfigsBuilder(stream, given.application(), kinesis, dynamo, cloudWatch, given.workerId(), new Factory());
         var retrieval = configs.retrievalConfig();
         if (!multi) {
             retrieval.initialPositionInStreamExtended(trimHorizon);
@@ -81,21 +67,12 @@ public final class Worker {
         Scheduler scheduler = new Scheduler(
                 configs.checkpointConfig(),
                 configs.coordinatorConfig(),
-                configs.leaseManagementConfig().failoverTimeMillis(failoverMillis),
+                configs.leaseManagementConfig().failoverTimeMillis(given.failoverMillis()),
                 configs.lifecycleConfig(),
                 configs.metricsConfig().metricsLevel(MetricsLevel.NONE),
                 configs.processorConfig(),
                 retrieval.retrievalSpecificConfig(multi ? new PollingConfig(kinesis) : new PollingConfig(stream, kinesis)));
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            try {
-                scheduler.startGracefulShutdown().get(20, TimeUnit.SECONDS);
-                OUT.println("java-kcl: stopped");
-            } catch (Exception e) {
-                OUT.println("java-kcl: graceful stop failed: " + e);
-            }
-        }));
-        OUT.println("java-kcl: started worker=\"" + workerId + "\"");
-        scheduler.run();
+        LoggedProcessor.run(scheduler, given.workerId());
     }
 
     /** The streams, each identified as {@code account:name:creationEpoch} from its summary. */
@@ -134,19 +111,18 @@ public final class Worker {
     }
 
     /** Logs each record and checkpoints after every batch. */
-    static final class Processor implements ShardRecordProcessor {
+    static final class Processor extends LoggedProcessor {
         private final StreamIdentifier stream;
-        private String shard;
 
         Processor(StreamIdentifier stream) {
+            super(VERSION);
             this.stream = stream;
         }
 
         @Override
-        public void initialize(InitializationInput input) {
+        protected String shardName(String shardId) {
             // kcl-host names a shard by its lease key: with the stream in a multi-stream application.
-            shard = stream == null || stream.accountIdOptional().isEmpty() ? input.shardId() : stream.serialize() + ":" + input.shardId();
-            OUT.println("java-kcl: initialize shard=\"" + shard + "\" checkpoint=\"" + input.extendedSequenceNumber() + "\"");
+            return stream == null || stream.accountIdOptional().isEmpty() ? shardId : stream.serialize() + ":" + shardId;
         }
 
         @Override
@@ -154,35 +130,10 @@ public final class Worker {
             for (KinesisClientRecord record : input.records()) {
                 byte[] data = new byte[record.data().remaining()];
                 record.data().get(data);
-                OUT.println("java-kcl: record " + record.sequenceNumber() + " " + record.partitionKey() + " "
-                        + new String(data, StandardCharsets.UTF_8) + " shard=\"" + shard + "\" processor=\"" + VERSION + "\"");
+                logRecord(record.sequenceNumber(), record.partitionKey(), new String(data, StandardCharsets.UTF_8));
             }
             if (!input.records().isEmpty()) {
                 checkpoint(input.checkpointer());
-            }
-        }
-
-        @Override
-        public void leaseLost(LeaseLostInput input) {
-            OUT.println("java-kcl: lease lost shard=\"" + shard + "\"");
-        }
-
-        @Override
-        public void shardEnded(ShardEndedInput input) {
-            checkpoint(input.checkpointer());
-        }
-
-        @Override
-        public void shutdownRequested(ShutdownRequestedInput input) {
-            checkpoint(input.checkpointer());
-        }
-
-        private void checkpoint(RecordProcessorCheckpointer checkpointer) {
-            try {
-                checkpointer.checkpoint();
-            } catch (Exception e) {
-                // The lease moved on: the next owner reads again from the last checkpoint.
-                OUT.println("java-kcl: checkpoint refused shard=\"" + shard + "\": " + e);
             }
         }
     }
