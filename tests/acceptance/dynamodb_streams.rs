@@ -11,7 +11,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use kcl_testkit::java_kcl3;
-use kcl_testkit::tables::table_with_stream;
+use aws_sdk_dynamodb::types::StreamViewType;
+use kcl_testkit::tables::{table_with_stream, table_with_stream_of};
 use tokio::sync::watch;
 
 use super::*;
@@ -224,4 +225,31 @@ async fn a_tables_stream_passes_from_kcl_host_to_the_java_adapter_and_back_with_
         assert!(lease.key.as_str().starts_with("shardId-"), "{}", lease.key);
         assert!(matches!(lease.checkpoint, Checkpoint::At(_) | Checkpoint::ShardEnd), "{}: {:?}", lease.key, lease.checkpoint);
     }
+}
+
+/// A processor that reads new images (`--needs-images new`) is refused on a
+/// table whose stream carries keys only, before anything is created, with
+/// the way to a stream that has them; on a stream that has them it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_processor_needing_images_is_refused_on_a_keys_only_stream_with_the_fix() {
+    let aws = java_kcl3::clients().await;
+    let (keys_only, images) = (unique("keys-only"), unique("images"));
+    table_with_stream_of(&aws.dynamodb, &keys_only, StreamViewType::KeysOnly).await;
+    let arn = table_with_stream_of(&aws.dynamodb, &images, StreamViewType::NewImage).await;
+    let application = unique("needs-images-app");
+    let endpoint = java_kcl3::dynamodb_endpoint();
+    let env = [("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str())];
+    let counter = guest("counter");
+    let args = ["run", &counter, "--dynamodb-table", &keys_only, "--application", &application, "--needs-images", "new"];
+    let (code, text) = run_to_exit(&args, &env).await;
+    assert!(code != 0, "{text}");
+    assert!(text.contains(&format!("the stream of table `{keys_only}` carries KEYS_ONLY records")) && text.contains("StreamViewType=NEW_IMAGE"), "{text}");
+    let tables = aws.dynamodb.list_tables().send().await.expect("ListTables");
+    assert!(!tables.table_names().contains(&application), "no lease table is made for a refused start");
+
+    put_items(&aws, &images, "new", 1).await;
+    let mut worker = start_with_env("counter", &arn, &application, "worker-1", &["--needs-images", "new"], &env);
+    worker.wait_for("the change", LIMIT, |log| changes_in(log).values().any(|pk| pk == "new-0")).await;
+    let (exit, log) = worker.interrupt().await;
+    assert!(exit.success(), "{}", log.join("\n"));
 }

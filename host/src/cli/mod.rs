@@ -165,6 +165,9 @@ pub struct RunArgs {
     /// Consume this DynamoDB table's current stream (instead of --stream): its changes reach the processor as the stream's records (eventName, Keys, NewImage, OldImage).
     #[arg(long, env = "KCL_HOST_DYNAMODB_TABLE", conflicts_with = "stream")]
     pub dynamodb_table: Option<String>,
+    /// The item images this processor reads from a DynamoDB stream: new, old or new-and-old. The worker refuses to start on a stream whose view type lacks them (a KEYS_ONLY stream has none) [default: no check].
+    #[arg(long, env = "KCL_HOST_NEEDS_IMAGES")]
+    pub needs_images: Option<String>,
     /// Application name; also the DynamoDB lease table's name.
     #[arg(long, env = "KCL_HOST_APPLICATION")]
     pub application: Option<String>,
@@ -281,6 +284,7 @@ impl RunArgs {
             stream: (self.stream.len() == 1).then(|| self.stream[0].clone()),
             streams: (self.stream.len() > 1).then(|| self.stream.iter().cloned().map(crate::config::StreamEntry::Name).collect()),
             dynamodb_table: self.dynamodb_table.clone(),
+            needs_images: self.needs_images.clone(),
             application: self.application.clone(),
             worker_id: self.worker_id.clone(),
             region: self.region.clone(),

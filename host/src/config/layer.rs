@@ -36,6 +36,7 @@ pub struct Layer {
     pub streams: Option<Vec<super::StreamEntry>>,
     /// A DynamoDB table whose current stream is read (instead of `stream`).
     pub dynamodb_table: Option<String>,
+    pub needs_images: Option<String>,
     pub application: Option<String>,
     pub worker_id: Option<String>,
     pub region: Option<String>,
@@ -107,7 +108,7 @@ impl Layer {
             ($($field:ident),*) => { Layer { stream, streams, dynamodb_table, $($field: self.$field.or(lower.$field)),* } };
         }
         merge!(
-            application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
+            needs_images, application, worker_id, region, profile, kinesis_endpoint, dynamodb_endpoint, initial_position,
             initial_timestamp, max_leases, max_leases_to_steal, lease_renewal, fleet_heartbeat_reads, failover_time, shard_sync_interval,
             idle_time_between_reads, max_records, parallelism, window, retrieval, admin_listen, metrics, metrics_level,
             metrics_dimensions, metrics_buffer_time, metrics_emf_file, swap_canary_batches, swap_rollback_after, swap_buffer_mib,

@@ -5,6 +5,8 @@
 //! ```toml
 //! # kcl-host.toml
 //! stream = "orders"                 # or a list: streams = ["orders", { name = "refunds", initial_position = "LATEST" }]
+//!                                    # or dynamodb_table = "orders": the table's change stream
+//! needs_images = "new-and-old"       # a DynamoDB stream must carry these images (new, old, new-and-old)
 //! application = "orders-totals"      # also the lease table's name
 //! initial_position = "TRIM_HORIZON"  # or LATEST, or AT_TIMESTAMP with initial_timestamp
 //! max_leases = 64                    # maxLeasesForWorker
@@ -104,6 +106,9 @@ pub struct WorkerConfig {
     /// The streams were given as a list (`streams`, or `--stream` more
     /// than once): an empty lease table gets keys that name the stream.
     pub streams_listed: bool,
+    /// The item images the processor reads from a DynamoDB stream
+    /// (`--needs-images`), checked against its view type at start.
+    pub needs_images: Option<crate::source::dynamodb::Images>,
     /// The application name; also the lease table's name.
     pub application: String,
     /// This worker's id: unique among the application's live workers.
@@ -165,6 +170,7 @@ impl WorkerConfig {
         let failure = layer.failure()?;
         let initial_position = initial_position(layer.initial_position.as_deref(), layer.initial_timestamp.as_deref())?;
         let (streams, streams_listed) = streams::resolve(&layer, &initial_position)?;
+        let needs_images = streams::needs_images(&layer, &streams)?;
         let retrieval = match Retrieval::parse(layer.retrieval.as_deref())? {
             Retrieval::FanOut if streams.iter().any(|s| s.kind != crate::stream::StreamKind::Kinesis) => {
                 return Err(ConfigError::Invalid {
@@ -230,6 +236,7 @@ impl WorkerConfig {
         Ok(Self {
             streams,
             streams_listed,
+            needs_images,
             application,
             worker_id: layer.worker_id.unwrap_or_else(default_worker_id),
             aws: AwsSettings {

@@ -6,12 +6,15 @@
 //! ```
 //!
 //! `--stream` given more than once (or `KCL_HOST_STREAM=a,b`) is a list too.
+//! A DynamoDB stream (its ARN, or `dynamodb_table`) is read alone, and
+//! `needs_images` says which item images its records must carry.
 
 use serde::Deserialize;
 
 use super::values::{initial_position, stream_name};
 use super::{ConfigError, Layer};
 use crate::shard::InitialPosition;
+use crate::source::dynamodb::Images;
 use crate::stream::{StreamKind, StreamSpec};
 
 /// One entry of `streams`: a name or ARN, or a table.
@@ -71,6 +74,18 @@ pub(super) fn resolve(layer: &Layer, default: &InitialPosition) -> Result<(Vec<S
         specs.push(spec);
     }
     dynamodb_alone(specs, true)
+}
+
+/// The images the processor needs (`needs_images`), which only a DynamoDB
+/// stream has.
+pub(super) fn needs_images(layer: &Layer, specs: &[StreamSpec]) -> Result<Option<Images>, ConfigError> {
+    let Some(text) = &layer.needs_images else { return Ok(None) };
+    let invalid = |reason: String| ConfigError::Invalid { setting: "needs_images", value: text.clone(), reason };
+    let images = text.parse::<Images>().map_err(invalid)?;
+    if specs.iter().all(|spec| spec.kind == StreamKind::Kinesis) {
+        return Err(invalid("only a DynamoDB stream's records carry item images: give --dynamodb-table or a DynamoDB stream's ARN".into()));
+    }
+    Ok(Some(images))
 }
 
 /// A DynamoDB stream is read by an application of its own (its lease keys
@@ -142,5 +157,19 @@ dynamodb_table = "t""#, "one of them"),
         assert!(at.contains("no AT_TIMESTAMP"), "{at}");
         let bad = resolved(r#"stream = "arn:aws:dynamodb:us-east-1:1:table/orders""#).unwrap_err().to_string();
         assert!(bad.contains("table/<table>/stream/<label>"), "{bad}");
+    }
+
+    #[test]
+    fn images_are_asked_of_a_dynamodb_stream_only() {
+        let images = |toml_text: &str| {
+            let layer: Layer = toml::from_str(toml_text).unwrap();
+            needs_images(&layer, &resolve(&layer, &InitialPosition::TrimHorizon).unwrap().0)
+        };
+        assert_eq!(images("dynamodb_table = \"orders\"\nneeds_images = \"new\"").unwrap(), Some(Images::New));
+        assert_eq!(images("dynamodb_table = \"orders\"").unwrap(), None);
+        let kinesis = images("stream = \"orders\"\nneeds_images = \"new\"").unwrap_err().to_string();
+        assert!(kinesis.contains("only a DynamoDB stream"), "{kinesis}");
+        let unknown = images("dynamodb_table = \"orders\"\nneeds_images = \"both\"").unwrap_err().to_string();
+        assert!(unknown.contains("new, old, new-and-old"), "{unknown}");
     }
 }

@@ -15,7 +15,7 @@ use crate::aws::{AwsClients, AwsError, Service};
 use crate::lease::coordinator::Scope;
 use crate::lease::{Lease, LeaseKey, StreamIdentifier};
 use crate::shard::InitialPosition;
-use crate::source::dynamodb::{self, StreamFacts};
+use crate::source::dynamodb::{self, Images, StreamFacts};
 
 /// One stream an application reads, as configured.
 #[derive(Clone, Debug, PartialEq)]
@@ -150,6 +150,16 @@ impl Streams {
             initial_position: spec.initial_position.clone(),
             identifier: adapter_identifier(arn),
             source: SourceKind::DynamoDb(Arc::new(facts)),
+        })
+    }
+
+    /// Refuses a DynamoDB stream that lacks the images the processor
+    /// `needs`; the error says how to get a stream that has them.
+    pub fn check_images(&self, needs: Option<Images>) -> Result<(), String> {
+        let Some(needs) = needs else { return Ok(()) };
+        self.streams.iter().try_for_each(|stream| match &stream.source {
+            SourceKind::DynamoDb(facts) => facts.check_images(needs),
+            SourceKind::Kinesis => Ok(()),
         })
     }
 

@@ -45,6 +45,7 @@ impl Worker {
         let started = Instant::now();
         // Check the streams before touching DynamoDB: a typo in --stream must not create a table.
         let streams = Streams::describe(&clients, &config.streams, config.streams_listed).await?;
+        streams.check_images(config.needs_images).map_err(WorkerError::Refused)?;
         let failover = config.take.failover_time;
         let store = Arc::new(DynamoStore::new(clients.dynamodb.clone(), &config.application).with_renewal_timeout(failover));
         let control = HeartbeatTable::new(clients.dynamodb.clone(), &config.application);

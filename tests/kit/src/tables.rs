@@ -8,9 +8,14 @@ use aws_sdk_dynamodb::types::{
 /// Makes table `name`, keyed by `pk` (text) and `sk` (a number), whose
 /// stream carries both images; returns the stream's ARN.
 pub async fn table_with_stream(dynamodb: &aws_sdk_dynamodb::Client, name: &str) -> String {
+    table_with_stream_of(dynamodb, name, StreamViewType::NewAndOldImages).await
+}
+
+/// [`table_with_stream`], with a stream of `view`.
+pub async fn table_with_stream_of(dynamodb: &aws_sdk_dynamodb::Client, name: &str, view: StreamViewType) -> String {
     let key = |name: &str, kind| KeySchemaElement::builder().attribute_name(name).key_type(kind).build().unwrap();
     let attribute = |name: &str, kind| AttributeDefinition::builder().attribute_name(name).attribute_type(kind).build().unwrap();
-    let stream = StreamSpecification::builder().stream_enabled(true).stream_view_type(StreamViewType::NewAndOldImages).build().unwrap();
+    let stream = StreamSpecification::builder().stream_enabled(true).stream_view_type(view).build().unwrap();
     let created = dynamodb
         .create_table()
         .table_name(name)

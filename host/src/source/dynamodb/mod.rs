@@ -9,6 +9,7 @@
 //! stream's shard ids are lease keys as the DynamoDB Streams Kinesis
 //! Adapter writes them.
 
+mod images;
 pub mod reader;
 pub mod record;
 #[cfg(test)]
@@ -16,6 +17,8 @@ mod tests;
 
 use aws_sdk_dynamodbstreams::types::{KeyType, StreamStatus};
 use aws_sdk_dynamodbstreams::Client;
+
+pub use images::Images;
 
 use crate::aws::{AwsError, Service};
 use crate::stream::Shard;
