@@ -9,12 +9,16 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::AttributeValue;
-use kcl_testkit::java_kcl3;
-use aws_sdk_dynamodb::types::StreamViewType;
+use aws_sdk_dynamodb::types::{AttributeValue, StreamViewType};
+use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+use kcl_testkit::faults::{Fault, FaultProxy, Rule};
 use kcl_testkit::tables::{table_with_stream, table_with_stream_of};
+use kcl_testkit::{at_or_before, java_kcl3, StreamRecord};
 use tokio::sync::watch;
 
+use super::faults::faults_applied;
+use super::outputs::{all_forwarded, behind_checkpoint, checkpoints, data, forwarded, until};
+use super::state::another_version;
 use super::*;
 
 /// Writes puts, updates and deletes to `table` until stopped; keeps what the table holds.
@@ -252,4 +256,127 @@ async fn a_processor_needing_images_is_refused_on_a_keys_only_stream_with_the_fi
     worker.wait_for("the change", LIMIT, |log| changes_in(log).values().any(|pk| pk == "new-0")).await;
     let (exit, log) = worker.interrupt().await;
     assert!(exit.success(), "{}", log.join("\n"));
+}
+
+/// Every change the stream holds, read from the test's side: what the
+/// workers must deliver (`partition_key`: the item's `pk`).
+async fn stream_records(aws: &AwsClients, arn: &str) -> Vec<StreamRecord> {
+    let streams = &aws.dynamodb_streams;
+    let described = streams.describe_stream().stream_arn(arn).send().await.expect("DescribeStream");
+    let mut records = Vec::new();
+    for shard in described.stream_description().map(|d| d.shards()).unwrap_or_default() {
+        let id = shard.shard_id().unwrap_or_default();
+        let start = streams.get_shard_iterator().stream_arn(arn).shard_id(id).shard_iterator_type(ShardIteratorType::TrimHorizon);
+        let mut iterator = start.send().await.expect("GetShardIterator").shard_iterator;
+        while let Some(current) = iterator {
+            let page = streams.get_records().shard_iterator(current).send().await.expect("GetRecords");
+            if page.records().is_empty() {
+                break;
+            }
+            for change in page.records().iter().filter_map(|r| r.dynamodb()) {
+                let pk = change.keys().and_then(|k| k.get("pk")).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                let sequence_number = change.sequence_number().unwrap_or_default().to_owned();
+                records.push(StreamRecord { shard: id.to_owned(), data: format!("{pk} {sequence_number}"), sequence_number, partition_key: pk });
+            }
+            iterator = page.next_shard_iterator;
+        }
+    }
+    records
+}
+
+/// Where a worker's log breaks an item key's order: per processor version
+/// (a swap hands the records after the checkpoint to the new one), a
+/// change logged at or before one of its key logged earlier.
+fn key_order_breaks(log: &[String]) -> Vec<String> {
+    let mut last: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut breaks = Vec::new();
+    for line in log {
+        let (Some(d), Some((_, rest))) = (kcl_testkit::process::parse_delivered(line), line.split_once("kcl_host::guest: record ")) else { continue };
+        let pk = rest.split(' ').nth(1).unwrap_or_default().to_owned();
+        if let Some(previous) = last.insert((d.processor.clone(), pk.clone()), d.sequence_number.clone())
+            && at_or_before(&d.sequence_number, &previous)
+        {
+            breaks.push(format!("{pk}: {} after {previous} ({})", d.sequence_number, d.processor));
+        }
+    }
+    breaks
+}
+
+/// `--parallelism 4` on a table's stream (lanes by the item's partition
+/// key), the `forward` guest's outputs to a Kinesis stream, GetRecords
+/// failing (500s, throttling, an expired iterator, reset connections)
+/// through the fault proxy in front of DynamoDB Streams, a hot swap
+/// (`POST /swap`) and a kill -9, under a steady writer: every change
+/// delivered and forwarded, each item key's changes in order, duplicates
+/// only after the checkpoint at the kill or across the swap, no output
+/// ever behind its checkpoint, and after the swap only the new version.
+#[tokio::test(flavor = "multi_thread")]
+async fn changes_pass_four_instances_a_faulty_stream_a_swap_and_a_kill_in_each_items_order() {
+    let aws = java_kcl3::clients().await;
+    let table = unique("par-orders");
+    let arn = table_with_stream(&aws.dynamodb, &table).await;
+    let (application, output) = (unique("cdc-par-app"), TestStream::create(&aws.kinesis, &unique("cdc-out"), 1).await);
+    let proxy = FaultProxy::start(&std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS").expect("moto's DynamoDB Streams")).await;
+    let fail = |fault, times| Rule { operation: Some("GetRecords"), table: None, body_contains: None, fault, times: Some(times) };
+    proxy.set(vec![
+        fail(Fault::Fail(500, "InternalServerError"), 3),
+        fail(Fault::Fail(400, "LimitExceededException"), 3),
+        fail(Fault::Fail(400, "ExpiredIteratorException"), 2),
+        fail(Fault::Reset, 2),
+    ]);
+    let (dynamodb, target, admin) = (java_kcl3::dynamodb_endpoint(), format!("out=kinesis:{}", output.name), admin_address());
+    let env = [("AWS_ENDPOINT_URL_DYNAMODB", dynamodb.as_str()), ("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", proxy.endpoint.as_str())];
+    let flags = ["--parallelism", "4", "--max-records", "100", "--var", "pause-ms=5", "--output", &target, "--failover-time", "4s"];
+    let writer = Writer::start(&aws, &table, 8);
+
+    let mut first = start_with_env("forward", &arn, &application, "w1", &[&flags[..], &["--admin-listen", &admin]].concat(), &env);
+    first.wait_for("changes through the faults", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 40).await;
+    faults_applied(&proxy, 10).await;
+    let v1 = delivered(&first.log().await)[0].processor.clone();
+    let (status, body) = http(&admin, "POST", "/swap", "application/wasm", &another_version("forward")).await;
+    assert!(status.contains("200"), "{status}: {body}");
+    let new_version = |log: &[String]| delivered(log).iter().filter(|d| d.processor != v1).count();
+    first.wait_for("changes by the new version", LIMIT, |log| new_version(log) >= 20).await;
+    // Killed once a checkpoint covers changes the new version processed.
+    let first_new = delivered(&first.log().await).into_iter().find(|d| d.processor != v1).expect("the new version ran").sequence_number;
+    until("a checkpoint past the swap", || async { checkpoints(&aws, &application).await.values().any(|cp| at_or_before(&first_new, cp)) }).await;
+    // Read the checkpoints, then the outputs: every change they cover was forwarded.
+    let at_kill = checkpoints(&aws, &application).await;
+    let forwarded_then = forwarded(&data(&output.read_all().await));
+    let first_log = first.kill().await;
+    let before_kill = stream_records(&aws, &arn).await;
+    let ahead = behind_checkpoint(&before_kill, &at_kill, &forwarded_then);
+    assert!(ahead.is_empty(), "a checkpoint was ahead of its outputs: {ahead:?}");
+
+    let mut second = start_with_env("forward", &arn, &application, "w2", &flags, &env);
+    second.wait_for("changes after the kill", LIMIT, |log| count_lines(log, "kcl_host::guest: record ") >= 20).await;
+    writer.stop().await;
+    let inputs = stream_records(&aws, &arn).await;
+    all_forwarded(&inputs, &output, &aws, &application, &second).await;
+    let (exit, second_log) = second.interrupt().await;
+    assert!(exit.success(), "{}", second_log.join("\n"));
+
+    for (worker, log) in [("w1", &first_log), ("w2", &second_log)] {
+        let breaks = key_order_breaks(log);
+        assert!(breaks.is_empty(), "{worker} broke an item's order: {breaks:?}");
+    }
+    let (before, after) = (delivered(&first_log), delivered(&second_log));
+    let swapped_at = before.iter().position(|d| d.processor != v1).expect("the new version ran");
+    assert!(before[swapped_at..].iter().all(|d| d.processor != v1), "the old version ran after the new one");
+    let mut times: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for d in before.iter().chain(&after) {
+        times.entry(d.sequence_number.as_str()).or_default().push(&d.processor);
+    }
+    let missing: Vec<&StreamRecord> = inputs.iter().filter(|r| !times.contains_key(r.sequence_number.as_str())).collect();
+    assert!(missing.is_empty(), "{} of {} changes never delivered: {missing:?}", missing.len(), inputs.len());
+    let checkpoint = &at_kill[&inputs[0].shard];
+    for (seq, by) in &times {
+        let across_swap = by.len() == 2 && by[0] == v1 && by[1] != v1;
+        assert!(by.len() == 1 || across_swap || !at_or_before(seq, checkpoint), "{seq} came {} times though the checkpoint at the kill covered it", by.len());
+    }
+    let outs = forwarded(&data(&output.read_all().await));
+    assert!(behind_checkpoint(&inputs, &checkpoints(&aws, &application).await, &outs).is_empty());
+    let covered = inputs.iter().filter(|r| at_or_before(&r.sequence_number, checkpoint)).count();
+    let twice = times.values().filter(|by| by.len() > 1).count();
+    eprintln!("{} changes, {covered} covered by the checkpoint at the kill, {twice} delivered more than once, {} faults", inputs.len(), proxy.counts().faulted);
 }

@@ -17,7 +17,7 @@ pub(super) fn start_through(proxy: &FaultProxy, service: &str, guest_name: &str,
 }
 
 /// Waits until the proxy has applied `n` faults.
-async fn faults_applied(proxy: &FaultProxy, n: u64) {
+pub(super) async fn faults_applied(proxy: &FaultProxy, n: u64) {
     let deadline = tokio::time::Instant::now() + LIMIT;
     while proxy.counts().faulted < n {
         assert!(tokio::time::Instant::now() < deadline, "the proxy applied {} faults, not {n}", proxy.counts().faulted);

@@ -181,7 +181,7 @@ async fn owned_by_their_shards(stream: &TestStream, items: &BTreeMap<String, Ite
 
 /// Appends a custom section to a component: the same processor under
 /// another hash, a new version to swap to.
-fn another_version(name: &str) -> Vec<u8> {
+pub(super) fn another_version(name: &str) -> Vec<u8> {
     let mut bytes = std::fs::read(guest(name)).unwrap();
     let (section, payload) = ("kcl-host-test", b"v2");
     let size = 1 + section.len() + payload.len();
