@@ -380,3 +380,52 @@ async fn changes_pass_four_instances_a_faulty_stream_a_swap_and_a_kill_in_each_i
     let twice = times.values().filter(|by| by.len() > 1).count();
     eprintln!("{} changes, {covered} covered by the checkpoint at the kill, {twice} delivered more than once, {} faults", inputs.len(), proxy.counts().faulted);
 }
+
+/// The failure policy on a table's stream: a change the processor traps
+/// on (its new image has `poison` = `trap`) is bisected out of its batch
+/// and goes alone to the dead letters, in the envelope Kinesis records get,
+/// with the change's JSON as its data; every other change is forwarded and
+/// the checkpoint passes them all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_the_processor_traps_on_goes_alone_to_the_dead_letters() {
+    use base64::Engine as _;
+    let aws = java_kcl3::clients().await;
+    let table = unique("poison");
+    let arn = table_with_stream(&aws.dynamodb, &table).await;
+    let application = unique("cdc-dlq-app");
+    let output = TestStream::create(&aws.kinesis, &unique("cdc-out"), 1).await;
+    let dlq = TestStream::create(&aws.kinesis, &unique("cdc-dlq"), 1).await;
+    put_items(&aws, &table, "before", 12).await;
+    let poison = HashMap::from([
+        ("pk".to_owned(), AttributeValue::S("poisoned".into())),
+        ("sk".to_owned(), AttributeValue::N("1".into())),
+        ("poison".to_owned(), AttributeValue::S("trap".into())),
+    ]);
+    aws.dynamodb.put_item().table_name(&table).set_item(Some(poison)).send().await.expect("PutItem");
+    put_items(&aws, &table, "after", 7).await;
+    let inputs = stream_records(&aws, &arn).await;
+    let (poisoned, others): (Vec<StreamRecord>, Vec<StreamRecord>) = inputs.iter().cloned().partition(|r| r.partition_key == "poisoned");
+    assert_eq!((poisoned.len(), others.len()), (1, 19), "{inputs:?}");
+
+    let (dynamodb, target, on_failure) = (java_kcl3::dynamodb_endpoint(), format!("out=kinesis:{}", output.name), format!("kinesis:{}", dlq.name));
+    let env = [("AWS_ENDPOINT_URL_DYNAMODB", dynamodb.as_str())];
+    let flags = ["--output", &target, "--on-failure", &on_failure, "--bisect-on-error", "--max-retry-attempts", "1", "--retry-backoff", "100ms"];
+    let worker = start_with_env("forward", &arn, &application, "w1", &flags, &env);
+    all_forwarded(&others, &output, &aws, &application, &worker).await;
+    let last = &inputs.last().expect("20 changes").sequence_number;
+    until("the checkpoint at the last change", || async { checkpoints(&aws, &application).await.values().any(|cp| at_or_before(last, cp)) }).await;
+    let (exit, log) = worker.interrupt().await;
+    assert!(exit.success(), "{}", log.join("\n"));
+
+    let letters: Vec<serde_json::Value> = dlq.read_all().await.iter().map(|r| serde_json::from_str(&r.data).expect("an envelope is JSON")).collect();
+    assert_eq!(letters.len(), 1, "only the poisoned change is given up on: {letters:?}");
+    let letter = &letters[0];
+    assert_eq!(letter["sequence_number"], poisoned[0].sequence_number.as_str());
+    assert_eq!((letter["partition_key"].as_str(), letter["stream"].as_str()), (Some("poisoned"), Some(arn.as_str())));
+    assert_eq!(letter["condition"], "RetryAttemptsExhausted");
+    let data = base64::engine::general_purpose::STANDARD.decode(letter["data"].as_str().expect("the change is in the envelope")).expect("base64");
+    let change: serde_json::Value = serde_json::from_slice(&data).expect("the change's JSON");
+    assert_eq!((change["eventName"].as_str(), change["dynamodb"]["NewImage"]["poison"]["S"].as_str()), (Some("INSERT"), Some("trap")), "{change}");
+    let outs = forwarded(&super::outputs::data(&output.read_all().await));
+    assert!(!outs.keys().any(|(_, seq)| *seq == poisoned[0].sequence_number), "the poisoned change was not forwarded");
+}

@@ -8,7 +8,8 @@
 //! The failure-policy tests' poison records: `trap` panics, `fail` returns
 //! a fatal error, `fail-here` reports the batch failed at that record
 //! (`failed-at`) — every time they are seen; `fail-long` is `fail` with a
-//! 1 MiB message. A record `flood:<MiB>` is not forwarded: the processor
+//! 1 MiB message. A DynamoDB stream change whose image holds the string
+//! attribute `poison` = `trap` is `trap` too. A record `flood:<MiB>` is not forwarded: the processor
 //! prints that many MiB to stdout, in lines of 100 bytes.
 //! `initialize` logs the variable `greeting` when it is set. Each record is
 //! logged as `record <sequence-number> <partition-key> <data>` — unless the
@@ -20,6 +21,9 @@
 
 use kcl_guest::output::Outputs;
 use kcl_guest::{Batch, CheckpointError, Checkpointer, ProcessorError, RecordProcessor, ShardInfo};
+
+/// How a change's JSON spells a `poison` attribute of `trap` (members sorted, no spaces).
+const POISON_CHANGE: &[u8] = br#""poison":{"S":"trap"}"#;
 
 pub struct Forward {
     shard: String,
@@ -45,6 +49,7 @@ impl RecordProcessor for Forward {
                 std::thread::sleep(pause);
             }
             match record.data {
+                data if data.windows(POISON_CHANGE.len()).any(|w| w == POISON_CHANGE) => panic!("asked to trap at {}", record.sequence_number),
                 b"trap" => panic!("asked to trap at {}", record.sequence_number),
                 b"fail" => return Err(ProcessorError::fatal(format!("asked to fail at {}", record.sequence_number))),
                 b"fail-long" => return Err(ProcessorError::fatal(format!("asked to fail at {} {}", record.sequence_number, "x".repeat(1 << 20)))),
