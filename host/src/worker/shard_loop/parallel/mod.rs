@@ -99,6 +99,12 @@ impl<S: LeaseStore> ShardLoop<S> {
                     return self.end_lanes(idle, ending, &progress, &mut written).await;
                 }
                 if let Some(to) = swap_to.take() {
+                    // What the old version finished is checkpointed first, so
+                    // a crash after the swap re-delivers only the new one's.
+                    if let Err(interrupt) = self.write_progress(&progress, &mut written).await {
+                        ending = Some(interrupt);
+                        continue;
+                    }
                     match self.swap_lanes(&mut idle, &to).await {
                         Ok(()) => running = to,
                         Err(interrupt) => ending = Some(interrupt),
