@@ -8,8 +8,6 @@ use std::time::Duration;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use aws_sdk_kinesis::Client;
 use aws_smithy_types::DateTime;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use aws_sdk_kinesis::config::retry::RetryConfig;
@@ -24,7 +22,9 @@ use crate::clock::unix_ms;
 use crate::hedge::{Asked, Hedge};
 use crate::metrics::Reads;
 
+mod prefetch;
 mod response;
+pub use prefetch::{prefetch, Prefetch};
 pub(crate) use response::user_records;
 use crate::records::{kpl, Batch, Position};
 
@@ -83,28 +83,6 @@ pub trait ShardReader: Send + 'static {
     /// The next records, waiting while the shard has none. Cancel-safe: the
     /// read position only moves when records are returned.
     fn next(&mut self) -> impl std::future::Future<Output = Result<Fetched, AwsError>> + Send;
-}
-
-/// Reads ahead in a task of its own while the caller processes: the next
-/// read overlaps the processor's call, in order, exactly one batch ahead. A
-/// shard therefore holds at most two responses in memory (the batch being
-/// processed and the next one), each at most 10 MB / `max_records` records.
-pub fn prefetch(mut reader: impl ShardReader) -> Prefetch {
-    let (tx, batches) = mpsc::channel(1);
-    let read_ahead = async move {
-        loop {
-            // Read only once the previous batch was taken by the caller.
-            let Ok(slot) = tx.reserve().await else { return };
-            let fetched = reader.next().await;
-            let last = !matches!(&fetched, Ok(f) if f.shard_end.is_none());
-            slot.send(fetched);
-            if last {
-                return;
-            }
-        }
-    };
-    let task = tokio::spawn(tracing::Instrument::in_current_span(read_ahead));
-    Prefetch { batches, task }
 }
 
 /// How a fetcher paces itself.
@@ -354,31 +332,6 @@ impl Fetcher {
     async fn is_past_retention(&self) -> Result<bool, AwsError> {
         let shards = crate::stream::list_shards(&self.client, &self.stream).await?;
         Ok(!shards.iter().any(|s| s.id == self.shard))
-    }
-}
-
-/// A fetcher running ahead in its own task; stops it when dropped.
-pub struct Prefetch {
-    batches: mpsc::Receiver<Result<Fetched, AwsError>>,
-    task: JoinHandle<()>,
-}
-
-impl Prefetch {
-    /// The next records, in order. Cancel-safe.
-    pub async fn next(&mut self) -> Result<Fetched, AwsError> {
-        self.batches.recv().await.unwrap_or_else(|| {
-            Err(AwsError::Service {
-                operation: "GetRecords",
-                code: "FetcherStopped".into(),
-                message: "the shard's reader stopped unexpectedly".into(),
-            })
-        })
-    }
-}
-
-impl Drop for Prefetch {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
