@@ -49,6 +49,23 @@ impl DynamoStore {
         Self { renewal_timeout: Some(timeout), ..self }
     }
 
+    /// Whether Java KCL 3.x's leader row (`leaseKey` `Leader`) is in the
+    /// table. A 3.x worker writes it within a second of starting, seconds
+    /// before its metrics row, so one small read tells a fleet whose table
+    /// has no 3.x rows that one joined; a scan would read every lease.
+    pub async fn has_kcl3_leader(&self) -> Result<bool, LeaseError> {
+        let read = self
+            .client
+            .get_item()
+            .table_name(&self.table.name)
+            .key("leaseKey", AttributeValue::S(row::KCL3_LEADER_KEY.to_owned()))
+            .projection_expression("leaseKey")
+            .send()
+            .await
+            .map_err(|e| self.error("GetItem", e))?;
+        Ok(read.item().is_some())
+    }
+
     pub(super) fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,

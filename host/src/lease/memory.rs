@@ -16,6 +16,8 @@ pub(crate) struct MemoryStore {
     unreadable: Arc<Mutex<BTreeSet<String>>>,
     /// While set, scans wait for it to be lifted (a slow table).
     scans_held: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Java KCL 3.x metrics rows: worker → last update (epoch seconds).
+    kcl3_workers: Arc<Mutex<BTreeMap<String, u64>>>,
     /// Requests per operation, as DynamoDB would bill them (one per call).
     requests: Arc<Mutex<BTreeMap<&'static str, u64>>>,
 }
@@ -52,6 +54,11 @@ impl MemoryStore {
         self.unreadable.lock().unwrap().insert(key.to_owned());
     }
 
+    /// Adds Java KCL 3.x's metrics row of `worker`, last updated now.
+    pub(crate) fn add_kcl3_worker(&self, worker: &str) {
+        self.kcl3_workers.lock().unwrap().insert(worker.to_owned(), crate::clock::unix_ms() / 1000);
+    }
+
     /// Makes scans wait until [`MemoryStore::release_scans`].
     pub(crate) fn hold_scans(&self) {
         self.scans_held.send_replace(true);
@@ -76,7 +83,8 @@ impl LeaseStore for MemoryStore {
         let _ = self.scans_held.subscribe().wait_for(|held| !held).await;
         self.count("scan");
         let leases = self.rows.lock().unwrap().values().cloned().collect();
-        Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone(), ..LeaseScan::default() })
+        let kcl3_workers = self.kcl3_workers.lock().unwrap().clone();
+        Ok(LeaseScan { leases, unreadable: self.unreadable.lock().unwrap().clone(), kcl3_rows: kcl3_workers.len(), kcl3_workers })
     }
 
     async fn create(&self, lease: &Lease) -> Result<bool, LeaseError> {

@@ -69,6 +69,10 @@ pub fn parse(item: &Item) -> Result<Lease, String> {
     })
 }
 
+/// The key of Java KCL 3.x's leader row (`entityType` `LEADER`), which its
+/// workers write to the lease table as they start.
+pub(super) const KCL3_LEADER_KEY: &str = "Leader";
+
 /// A Java KCL 3.x worker's metrics row (`entityType` `WORKER_METRIC_STATS`):
 /// its worker id (`leaseKey`) and when it last reported (`lut`, epoch
 /// seconds on that worker's clock).

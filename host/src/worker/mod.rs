@@ -168,6 +168,7 @@ impl Worker {
     async fn run_until(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Option<String> {
         let mut last_read = Instant::now();
         let mut last_pass = Instant::now();
+        let mut last_probe = Instant::now();
         let mut sync = tokio::time::interval(self.config.shard_sync_interval);
         sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sync.reset();
@@ -181,6 +182,7 @@ impl Worker {
             let take_at = self.coordinator.expiry_due().map_or(next_pass, |due| due.min(next_pass));
             let poll_at = self.fleet.next_read(last_read);
             let canary_due = self.shards.rollout.canary_due();
+            let probe_at = self.coordinator.kcl3_probe_interval().map(|every| last_probe + every);
             let mut pass_now = false;
             let mut after_end = None;
             tokio::select! {
@@ -209,6 +211,10 @@ impl Worker {
                 _ = tokio::time::sleep_until(canary_due.unwrap_or(take_at)), if canary_due.is_some() => {
                     self.shards.canary_idle();
                     self.shards.tell(&self.swapper);
+                }
+                _ = tokio::time::sleep_until(probe_at.unwrap_or(take_at)), if probe_at.is_some() => {
+                    last_probe = Instant::now();
+                    pass_now = upkeep::kcl3_joined(&self.store).await;
                 }
                 _ = sync.tick() => self.sync_shards().await,
                 Some((held, outcome)) = self.ended.recv() => match self.shard_ended(held, outcome).await {

@@ -181,3 +181,20 @@ fn log_created((created, lease): (bool, Lease)) -> bool {
     }
     created
 }
+
+/// Whether a Java KCL 3.x worker has joined a table that had no 3.x rows
+/// (its leader row is there): then a take pass is due, to count it and
+/// give it room.
+pub(super) async fn kcl3_joined(store: &DynamoStore) -> bool {
+    match store.has_kcl3_leader().await {
+        Ok(true) => {
+            tracing::info!("Java KCL 3.x's leader row is in the lease table: reading the table now");
+            true
+        }
+        Ok(false) => false,
+        Err(e) => {
+            tracing::warn!("could not look for Java KCL 3.x's leader row: {e}");
+            false
+        }
+    }
+}

@@ -239,6 +239,16 @@ impl<S: LeaseStore> Coordinator<S> {
         }
     }
 
+    /// How often to look for a Java KCL 3.x worker joining
+    /// ([`super::dynamo::DynamoStore::has_kcl3_leader`]) while the last pass
+    /// found no 3.x rows: half the failover time, and only under
+    /// `--lease-renewal per-lease`, the one mode Java KCL shares a table in.
+    /// A settled table is scanned every [`SETTLED_PASS_EVERY`] failover
+    /// times, and a 3.x worker holds nothing until kcl-host gives it room.
+    pub fn kcl3_probe_interval(&self) -> Option<Duration> {
+        (!self.settings.heartbeat_leases && !self.kcl3_in_table).then_some(self.settings.failover_time / 2)
+    }
+
     /// The earliest moment a lease the last pass saw could expire: a take
     /// pass then finds it expired, rather than up to a whole period later.
     pub fn expiry_due(&self) -> Option<Instant> {

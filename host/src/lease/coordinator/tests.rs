@@ -283,3 +283,19 @@ async fn passes_are_rare_only_while_every_lease_is_held_by_a_live_kcl_host_worke
     assert!(!a.settled());
     assert_eq!(a.pass_interval(false, false, &watch), failover / 4);
 }
+
+#[tokio::test]
+async fn a_per_lease_worker_looks_for_a_java_kcl_3_worker_until_the_table_has_3x_rows() {
+    let store = table(&["s0", "s1"]).await;
+    let heartbeat = Coordinator::new(store.clone(), "a", TakeSettings::default());
+    assert_eq!(heartbeat.kcl3_probe_interval(), None, "heartbeat mode: Java KCL cannot share the table");
+    let settings = TakeSettings { heartbeat_leases: false, ..TakeSettings::default() };
+    let failover = settings.failover_time;
+    let mut per_lease = Coordinator::new(store.clone(), "b", settings);
+    per_lease.take_pass().await.unwrap();
+    assert_eq!(per_lease.kcl3_probe_interval(), Some(failover / 2), "no 3.x rows yet: a joining 3.x worker shows only in a scan");
+    store.add_kcl3_worker("java-1");
+    per_lease.take_pass().await.unwrap();
+    assert_eq!(per_lease.kcl3_probe_interval(), None, "3.x rows: no more looking...");
+    assert_eq!(per_lease.pass_interval(false, false, &FleetWatch::new("b", failover)), failover, "...the table is scanned every failover time instead");
+}
