@@ -23,10 +23,18 @@
 //! give-up past the record (its dead letter written; its checkpoint follows),
 //! from the worker's log, and the calls and shard reads it took.
 //!
+//! And `three`: three poison records at once on one worker at the same
+//! settings, one per shard of a 3-shard stream (a `trap`, a `fail` error,
+//! and a `trap` inside a KPL aggregate), the processor forwarding every
+//! record to a Kinesis output: for each shard, the time from the worker's
+//! start to the lease table's checkpoint at the shard's last record, minus
+//! the same time in a run of the same batches without the poison records
+//! (the isolation a poison record costs, as issue 43 asks it measured).
+//!
 //! Run with `bash scripts/build-guests.sh && cargo bench -p kcl-host --bench
 //! failures [-- BACKOFF_MS]` (100 by default), and `bash scripts/servers.sh
 //! start && source .servers/env && cargo bench -p kcl-host --bench failures
-//! -- run` for the `run` part; figures go in docs/BENCHMARKS.md.
+//! -- run` (or `-- three`) for the parts in `run`; figures go in docs/BENCHMARKS.md.
 
 use std::path::Path;
 use std::process::Command;
@@ -34,6 +42,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kcl_host::failure::{DeadLetters, FailureSettings};
+use kcl_host::lease::dynamo::DynamoStore;
+use kcl_host::lease::LeaseStore;
 use kcl_host::output::{OutputSpec, Outputs, TargetSpec};
 use kcl_host::records::{Batch, Record};
 use kcl_host::replay::{self, ReplayPolicy};
@@ -135,7 +145,81 @@ async fn in_run(n: usize) -> (f64, usize, String) {
     (seconds_of(gave_up) - seconds_of(failed[0]), failed.len(), requests)
 }
 
+/// The poison record of shard `i` in [`three_at_once`], or its harmless
+/// twin; an aggregate's user records carry `hash_key` (the shard's), as
+/// records of another shard's range would be dropped.
+fn poison_of(i: usize, poisoned: bool, hash_key: &str) -> Vec<u8> {
+    let word = |w: &'static str| if poisoned { w } else { "clean" };
+    match i {
+        0 => word("trap").into(),
+        1 => word("fail").into(),
+        _ => {
+            let data: Vec<String> = (0..10).map(|j| if j == 5 { word("trap").to_owned() } else { format!("user-{j}") }).collect();
+            kcl_host::records::kpl::encode(data.iter().map(|d| ("k", Some(hash_key), d.as_bytes())))
+        }
+    }
+}
+
+/// `kcl-host run` forwarding to a Kinesis output on a 3-shard stream of
+/// `n` records a shard, the record in the middle of each from
+/// [`poison_of`]: for each shard, the seconds from the worker's start to
+/// its checkpoint at the shard's last record.
+async fn three_at_once(n: usize, poisoned: bool) -> Vec<f64> {
+    use kcl_testkit::{unique, TestStream};
+    let aws = kcl_testkit::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-poison3"), 3).await;
+    let output = TestStream::create(&aws.kinesis, &unique("bench-poison3-out"), 1).await;
+    let (shards, hash_keys): (Vec<String>, Vec<String>) = stream.shards().await.into_iter().map(|s| (s.id, s.starting_hash_key)).unzip();
+    let mut last = Vec::new();
+    for (i, shard) in shards.iter().enumerate() {
+        let poison = poison_of(i, poisoned, &hash_keys[i]);
+        let data: Vec<Vec<u8>> = (0..n).map(|r| if r == n / 2 { poison.clone() } else { format!("record-{r}").into_bytes() }).collect();
+        let entries: Vec<(&str, &[u8], &str)> = data.iter().map(|d| (shard.as_str(), d.as_slice(), "k")).collect();
+        last.push(stream.put_to(&entries).await.pop().unwrap());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (out, dlq) = (format!("out=kinesis:{}", output.name), format!("file:{}", dir.path().join("dlq.jsonl").display()));
+    let (processor, cache, application) = (guest("forward").display().to_string(), kcl_testkit::test_cache_dir().display().to_string(), unique("bench-poison3-app"));
+    let max = n.to_string();
+    let args = [
+        "run", &processor, "--stream", &stream.name, "--application", &application, "--cache-dir", &cache, "--output", &out,
+        "--on-failure", &dlq, "--bisect-on-error", "--max-retry-attempts", "2", "--max-records", &max,
+    ];
+    let started = Instant::now();
+    let host = kcl_testkit::process::KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    let table = DynamoStore::new(aws.dynamodb.clone(), &application);
+    let mut done: Vec<Option<f64>> = vec![None; shards.len()];
+    let deadline = started + Duration::from_secs(300);
+    while done.iter().any(Option::is_none) {
+        assert!(Instant::now() < deadline, "not every shard checkpointed at its last record: {done:?}");
+        // The table appears once the worker has started.
+        for lease in table.list().await.unwrap_or_default() {
+            let Some(i) = shards.iter().position(|s| lease.key.shard_id() == s) else { continue };
+            if done[i].is_none() && lease.checkpoint.as_column() == last[i] {
+                done[i] = Some(started.elapsed().as_secs_f64());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    host.interrupt().await;
+    let dead_letters = std::fs::read_to_string(dir.path().join("dlq.jsonl")).unwrap_or_default();
+    assert_eq!(dead_letters.lines().count(), if poisoned { 3 } else { 0 }, "one dead letter per poison record:\n{dead_letters}");
+    done.into_iter().map(Option::unwrap).collect()
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "three") {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        println!("{:>6} {:>9} {:>14} {:>15} {:>10}", "batch", "shard", "clean run (s)", "poisoned (s)", "over (s)");
+        for n in [500, 1_500] {
+            let clean = rt.block_on(three_at_once(n, false));
+            let poisoned = rt.block_on(three_at_once(n, true));
+            for (i, what) in ["trap", "fail", "KPL trap"].iter().enumerate() {
+                println!("{n:>6} {what:>9} {:>14.2} {:>15.2} {:>10.2}", clean[i], poisoned[i], poisoned[i] - clean[i]);
+            }
+        }
+        return;
+    }
     if std::env::args().any(|a| a == "run") {
         let rt = tokio::runtime::Runtime::new().unwrap();
         println!("{:>8} {:>28} {:>14} {:>30}", "batch", "first failure -> give-up (s)", "failed calls", "shard reads");
