@@ -302,7 +302,7 @@ async fn a_heartbeat_counter_moves_on_across_a_deleted_row() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_the_kits_moto_a_put_racing_failed_transactions_survives() {
     use aws_sdk_dynamodb::types::{Put, ScalarAttributeType, TransactWriteItem};
-    use kcl_host::lease::state_commit::patient;
+    use kcl_host::aws::patient;
     let aws = kcl_testkit::java_kcl3::clients().await;
     let table = unique("moto-race");
     kcl_testkit::create_table(&aws.dynamodb, &table, &[("k", ScalarAttributeType::S)]).await;

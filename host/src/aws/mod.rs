@@ -21,6 +21,15 @@ mod requests;
 pub use error::{AwsError, Service};
 pub use requests::RequestCounts;
 
+/// Time-outs for state reads and commits: a transaction of 100 items or a
+/// read of 100 keys takes longer than the DynamoDB client's
+/// [`DYNAMODB_FIRST_BYTE`] (kept short for renewals), and nothing about
+/// them is urgent.
+pub fn patient() -> aws_sdk_dynamodb::config::Builder {
+    let timeouts = TimeoutConfig::builder().read_timeout(Duration::from_secs(10)).operation_attempt_timeout(Duration::from_secs(15)).build();
+    aws_sdk_dynamodb::config::Builder::default().timeout_config(timeouts)
+}
+
 /// Longest one attempt of a Kinesis or DynamoDB call may take (GetRecords
 /// answers within a few seconds; a lease write within milliseconds).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -9,15 +9,14 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
 use super::row::{self, kcl3_worker, number, parse, to_item};
 use super::table::KeyedTable;
 use super::{Checkpoint, Lease, LeaseError, LeaseScan, LeaseStore};
 use crate::aws::AwsError;
-use super::state_commit::{patient, StateCommit};
-use super::state_log;
+use super::fenced::{FencedCommit, FencedRecovery};
 
 /// A lease table in DynamoDB.
 #[derive(Clone, Debug)]
@@ -66,7 +65,8 @@ impl DynamoStore {
         Ok(read.item().is_some())
     }
 
-    pub(super) fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
+    /// `error` from `operation` on this table (or one written beside it), said plainly.
+    pub fn error<E, R>(&self, operation: &'static str, error: SdkError<E, R>) -> LeaseError
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug,
@@ -140,6 +140,11 @@ impl DynamoStore {
 
     /// One row, read consistently; `None` if it is missing or unreadable.
     pub(super) async fn get(&self, key: &str) -> Result<Option<Lease>, LeaseError> {
+        Ok(self.row(key).await?.as_ref().and_then(|item| parse(item).ok()))
+    }
+
+    /// One row as it is stored, read consistently.
+    pub(super) async fn row(&self, key: &str) -> Result<Option<row::Item>, LeaseError> {
         let output = self
             .client
             .get_item()
@@ -149,14 +154,14 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| self.error("GetItem", e))?;
-        Ok(output.item.as_ref().and_then(|item| parse(item).ok()))
+        Ok(output.item)
     }
 }
 
 /// The condition that fences a write on `lease`'s row — the counter as
 /// read, and the owner when `owner_must_match` — with its values, and
 /// `:next` for the bumped counter.
-fn fence(lease: &Lease, owner_must_match: bool) -> (String, Vec<(&'static str, AttributeValue)>) {
+pub(super) fn fence(lease: &Lease, owner_must_match: bool) -> (String, Vec<(&'static str, AttributeValue)>) {
     let mut condition = "leaseCounter = :counter".to_owned();
     let mut values = vec![(":counter", number(lease.counter)), (":next", number(lease.counter + 1))];
     if owner_must_match {
@@ -304,48 +309,12 @@ impl LeaseStore for DynamoStore {
         self.send_update("UpdateItem (checkpoint)", lease, update, ours).await
     }
 
-    async fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>, state: &StateCommit<'_>) -> Result<Option<Lease>, LeaseError> {
-        if !state_log::fits_one_transaction(state.changes) {
-            return self.commit_by_log(lease, checkpoint, children, state).await;
-        }
-        // The checkpoint's own update, as the transaction's first item.
-        let (expression, mut values) = checkpoint_update(checkpoint, children);
-        let (condition, fence) = fence(lease, true);
-        values.extend(fence);
-        let update = Update::builder()
-            .table_name(&self.table.name)
-            .key("leaseKey", AttributeValue::S(lease.key.to_string()))
-            .update_expression(expression)
-            .condition_expression(condition)
-            .set_expression_attribute_values(Some(values.into_iter().map(|(name, value)| (name.to_owned(), value)).collect()))
-            .build()
-            .expect("table, key and expression are set");
-        let mut items = vec![TransactWriteItem::builder().update(update).build()];
-        items.extend(state.writes(checkpoint.as_column()));
-        let token = state.token(lease.key.as_str(), lease.counter, checkpoint.as_column());
-        let sent = self.client.transact_write_items().set_transact_items(Some(items)).client_request_token(token).customize().config_override(patient()).send().await;
-        match sent {
-            // A transaction returns no row; the row is the one it wrote.
-            Ok(_) => Ok(Some(Lease {
-                counter: lease.counter + 1,
-                checkpoint: checkpoint.clone(),
-                owner_switches_since_checkpoint: 0,
-                children: if children.is_empty() { lease.children.clone() } else { children.clone() },
-                ..lease.clone()
-            })),
-            Err(e) => {
-                if !state_log::lease_row_failed(&e) {
-                    return Err(self.error("TransactWriteItems (checkpoint with state)", e));
-                }
-                // Lost, unless a retry found our own write applied.
-                let row = self.get(&lease.key).await?;
-                Ok(row.filter(|row| row.counter == lease.counter + 1 && row.owner == lease.owner && row.checkpoint == *checkpoint))
-            }
-        }
+    async fn commit(&self, lease: &Lease, checkpoint: &Checkpoint, children: &BTreeSet<String>, writes: &dyn FencedCommit) -> Result<Option<Lease>, LeaseError> {
+        writes.commit(self, lease, checkpoint, children).await
     }
 
-    async fn recover_state(&self, lease: &Lease) -> Result<bool, LeaseError> {
-        self.apply_pending_log(lease).await
+    async fn recover_state(&self, lease: &Lease, recovery: &dyn FencedRecovery) -> Result<bool, LeaseError> {
+        recovery.recover(self, lease).await
     }
 
     async fn evict(&self, lease: &Lease) -> Result<bool, LeaseError> {

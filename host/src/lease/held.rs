@@ -12,7 +12,7 @@ use tokio::sync::{watch, Mutex};
 
 use super::rules::TakeSettings;
 use super::{Checkpoint, Lease, LeaseKey, LeaseStore};
-use super::state_commit::StateCommit;
+use super::fenced::{FencedCommit, FencedRecovery};
 
 /// Why a checkpoint write did not happen.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -262,19 +262,19 @@ impl<S: LeaseStore> HeldLease<S> {
     }
 
     /// Writes a checkpoint (with `ShardEnd`, the shard's `children` too) and
-    /// commits `state` with it, in one write fenced by owner and counter.
-    pub async fn commit(&self, checkpoint: Checkpoint, children: &BTreeSet<String>, state: &StateCommit<'_>) -> Result<(), CheckpointFailure> {
-        self.write_checkpoint(checkpoint, children, Some(state)).await
+    /// commits `writes` with it, in one write fenced by owner and counter.
+    pub async fn commit(&self, checkpoint: Checkpoint, children: &BTreeSet<String>, writes: &dyn FencedCommit) -> Result<(), CheckpointFailure> {
+        self.write_checkpoint(checkpoint, children, Some(writes)).await
     }
 
-    async fn write_checkpoint(&self, checkpoint: Checkpoint, children: &BTreeSet<String>, state: Option<&StateCommit<'_>>) -> Result<(), CheckpointFailure> {
+    async fn write_checkpoint(&self, checkpoint: Checkpoint, children: &BTreeSet<String>, writes: Option<&dyn FencedCommit>) -> Result<(), CheckpointFailure> {
         let mut lease = self.lease.lock().await;
         if !self.is_valid() {
             return Err(CheckpointFailure::LeaseLost);
         }
         let sent = Instant::now();
-        let written = match state {
-            Some(state) => self.store.commit(&lease, &checkpoint, children, state).await,
+        let written = match writes {
+            Some(writes) => self.store.commit(&lease, &checkpoint, children, writes).await,
             None => self.store.checkpoint(&lease, &checkpoint, children).await,
         };
         match written {
@@ -290,11 +290,11 @@ impl<S: LeaseStore> HeldLease<S> {
         }
     }
 
-    /// Applies a state commit an earlier owner made and did not apply (see
-    /// `lease::state_log`), before the shard's state is read.
-    pub async fn recover_state(&self) -> Result<(), CheckpointFailure> {
+    /// Finishes, through `recovery`, a state commit an earlier owner made
+    /// and did not apply (see `state::log`), before the shard's state is read.
+    pub async fn recover_state(&self, recovery: &dyn FencedRecovery) -> Result<(), CheckpointFailure> {
         let lease = self.lease.lock().await;
-        match self.store.recover_state(&lease).await {
+        match self.store.recover_state(&lease, recovery).await {
             Ok(true) => Ok(()),
             Ok(false) => {
                 self.mark_lost();

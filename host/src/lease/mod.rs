@@ -12,6 +12,7 @@
 pub mod board;
 pub mod coordinator;
 pub mod dynamo;
+pub mod fenced;
 pub mod heartbeat;
 mod held;
 mod key;
@@ -24,8 +25,6 @@ pub mod rules;
 mod simulation;
 #[cfg(test)]
 mod scale;
-pub mod state_commit;
-mod state_log;
 pub mod table;
 pub mod watch;
 
@@ -35,10 +34,9 @@ use std::future::Future;
 
 use crate::aws::AwsError;
 pub use key::{LeaseKey, StreamIdentifier};
-pub use state_log::fits_one_transaction as state_fits_one_transaction;
 use crate::records::kpl::HashRange;
 use crate::records::Position;
-use state_commit::StateCommit;
+use fenced::{FencedCommit, FencedRecovery};
 
 /// Where a shard's processing stands, as the `checkpoint` column holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,7 +251,7 @@ pub trait LeaseStore: Send + Sync + 'static {
         children: &BTreeSet<String>,
     ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
 
-    /// Records a checkpoint for a lease its owner holds and commits `state`
+    /// Records a checkpoint for a lease its owner holds and commits `writes`
     /// (the state changes it covers) in the same atomic write; with
     /// `ShardEnd`, the shard's children too. Only the DynamoDB table has
     /// transactions; other stores refuse.
@@ -262,18 +260,18 @@ pub trait LeaseStore: Send + Sync + 'static {
         lease: &Lease,
         checkpoint: &Checkpoint,
         children: &BTreeSet<String>,
-        state: &StateCommit<'_>,
+        writes: &dyn FencedCommit,
     ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send {
-        let _ = (lease, checkpoint, children, state);
+        let _ = (lease, checkpoint, children, writes);
         async { Err(LeaseError::NoTransactions) }
     }
 
-    /// Finishes a state commit an earlier owner of `lease` (held now by its
-    /// owner) made but did not finish applying, before anything reads the
-    /// shard's state; `false` if the lease was lost meanwhile. Stores
-    /// without transactions never have one.
-    fn recover_state(&self, lease: &Lease) -> impl Future<Output = Result<bool, LeaseError>> + Send {
-        let _ = lease;
+    /// Finishes, through `recovery`, a commit an earlier owner of `lease`
+    /// (held now by its owner) made but did not finish applying, before
+    /// anything reads the shard's state; `false` if the lease was lost
+    /// meanwhile. Stores without transactions never have one.
+    fn recover_state(&self, lease: &Lease, recovery: &dyn FencedRecovery) -> impl Future<Output = Result<bool, LeaseError>> + Send {
+        let _ = (lease, recovery);
         async { Ok(true) }
     }
 

@@ -23,7 +23,7 @@ pub const MAX_VALUE_BYTES: usize = 390_000;
 /// Most bytes of keys and values changed between two checkpoints: what an
 /// instance may keep in the host's memory until its next checkpoint.
 /// (Changes beyond one DynamoDB transaction are committed through a log:
-/// `lease::state_log`.)
+/// `state::log`.)
 pub const MAX_CHANGED_BYTES: usize = 64 << 20;
 /// Keys starting with this are the host's (a window's index); a
 /// processor's are refused.

@@ -28,9 +28,12 @@
 //! shard's children start only after it reached `SHARD_END`.
 
 pub mod command;
+mod commit;
+mod log;
 mod table;
 mod window;
 
-pub use crate::lease::state_commit::StateCommit;
+pub use commit::StateCommit;
+pub use log::{fits_one_transaction, StateRecovery};
 pub use table::{state_table_name, ShardStateSource, StateItem, StateTable};
 pub use window::WindowIndex;

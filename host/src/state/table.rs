@@ -8,7 +8,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use aws_sdk_dynamodb::Client;
 use tokio::sync::OnceCell;
 
-use crate::lease::state_commit::{item_key, patient, text};
+use super::commit::{item_key, text};
+use crate::aws::patient;
 use crate::lease::table::KeyedTable;
 use crate::lease::LeaseError;
 use crate::metrics::ShardMetrics;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{Interrupt, Outcome, ShardLoop};
 use crate::lease::coordinator::CheckpointFailure;
 use crate::lease::{Checkpoint, LeaseStore};
-use crate::lease::state_fits_one_transaction;
+use crate::state::fits_one_transaction;
 use crate::runtime::{CheckpointError, ShardInstance, ShutdownReason, StateChanges};
 
 impl<S: LeaseStore> ShardLoop<S> {
@@ -24,7 +24,7 @@ impl<S: LeaseStore> ShardLoop<S> {
             if let Err(e) = instance.shutdown(ShutdownReason::ShardEnd).await {
                 return Interrupt::Failed(format!("shutdown(shard-end) failed, so SHARD_END was not written: {e}"));
             }
-            if !state_fits_one_transaction(instance.pending_state())
+            if !fits_one_transaction(instance.pending_state())
                 && let Err(e) = instance.checkpoint().await
             {
                 if matches!(e, CheckpointError::LeaseLost) {

@@ -159,7 +159,7 @@ impl<S: LeaseStore> ShardLoop<S> {
     /// failure. `first_delivered` is where an earlier attempt without a
     /// checkpoint began, and is set by this one if it delivers first.
     async fn attempt(&self, policy: &mut FailurePolicy, first_delivered: &mut Option<String>) -> Interrupt {
-        match self.held.recover_state().await {
+        match self.held.recover_state(&crate::state::StateRecovery).await {
             Ok(()) => {}
             Err(CheckpointFailure::LeaseLost) => return Interrupt::Done(Outcome::LeaseLost),
             Err(CheckpointFailure::Unavailable(e)) => return Interrupt::Failed(format!("applying the state the shard's last owner committed failed: {e}")),

@@ -1,21 +1,20 @@
-//! A checkpoint's state changes as the items of the transaction that
-//! writes them with the checkpoint (`DynamoStore::commit`); the state table
-//! itself is the `state` room's.
+//! A checkpoint's state changes, committed with it ([`FencedCommit`]): as
+//! the items of the transaction that writes the lease row, or, past one
+//! transaction's size, through a redo log ([`super::log`]).
+
+use std::collections::BTreeSet;
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
+use futures_util::future::BoxFuture;
 use md5::{Digest, Md5};
 
+use super::log::{commit_by_log, fits_one_transaction};
+use crate::aws::patient;
+use crate::lease::dynamo::DynamoStore;
+use crate::lease::fenced::FencedCommit;
+use crate::lease::{Checkpoint, Lease, LeaseError};
 use crate::runtime::StateChanges;
-
-/// Time-outs for state reads and commits: a transaction of 100 items or a
-/// read of 100 keys takes longer than the DynamoDB client's 1 s to its
-/// first byte (kept short for renewals), and nothing about them is urgent.
-pub fn patient() -> aws_sdk_dynamodb::config::Builder {
-    use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
-    let timeouts = TimeoutConfig::builder().read_timeout(std::time::Duration::from_secs(10)).operation_attempt_timeout(std::time::Duration::from_secs(15)).build();
-    aws_sdk_dynamodb::config::Builder::default().timeout_config(timeouts)
-}
 
 /// A string attribute of a state item, or "" when it has none.
 pub fn text(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> String {
@@ -86,6 +85,19 @@ impl StateCommit<'_> {
             hash.update([0]);
         }
         hash.finalize().iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+}
+
+impl FencedCommit for StateCommit<'_> {
+    fn commit<'a>(&'a self, table: &'a DynamoStore, lease: &'a Lease, checkpoint: &'a Checkpoint, children: &'a BTreeSet<String>) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>> {
+        Box::pin(async move {
+            if !fits_one_transaction(self.changes) {
+                return commit_by_log(table, lease, (checkpoint, children), self).await;
+            }
+            let writes = self.writes(checkpoint.as_column());
+            let token = self.token(lease.key.as_str(), lease.counter, checkpoint.as_column());
+            table.checkpoint_with_items(lease, (checkpoint, children), writes, token, patient()).await
+        })
     }
 }
 
