@@ -35,6 +35,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use kcl_host::lease::coordinator::SETTLED_PASS_EVERY;
 use kcl_host::lease::heartbeat::{control_table_name, Heartbeat};
 use kcl_host::lease::watch::{poll_interval, FleetWatch};
+use kcl_host::metrics::progress::progress_table_name;
 use kcl_testkit::faults::FaultProxy;
 use kcl_testkit::process::KclHost;
 use kcl_testkit::{clients, unique, TestStream};
@@ -133,6 +134,8 @@ async fn count(leases: i32, renewal: &str) -> Counted {
     let to = tokio::time::Instant::now();
     let lease_rows = sizes(&aws.dynamodb, &application).await;
     let control_rows = sizes(&aws.dynamodb, &control_table_name(&application)).await;
+    // Gone with the workers' rows once they stop: read before.
+    let progress_rows = sizes(&aws.dynamodb, &progress_table_name(&application)).await;
     for w in [a, b] {
         let (status, log) = w.interrupt().await;
         assert!(status.success(), "{}", log.join("\n"));
@@ -142,14 +145,27 @@ async fn count(leases: i32, renewal: &str) -> Counted {
     let mut units = Units::default();
     for seen in proxy.counts().requests.iter().filter(|r| r.at >= from && r.at < to) {
         let control = seen.table.as_deref().is_some_and(|t| t.ends_with("-KclHostControl"));
-        let rows = if control { &control_rows } else { &lease_rows };
+        let progress = seen.table.as_deref().is_some_and(|t| t.ends_with("-KclHostProgress"));
+        let rows = if control {
+            &control_rows
+        } else if progress {
+            &progress_rows
+        } else {
+            &lease_rows
+        };
         match seen.operation.as_str() {
             "UpdateItem" | "PutItem" | "DeleteItem" => units.write += write_units(rows) / minutes,
             "Scan" => units.read += scan_units(rows, control) / minutes,
             "GetItem" => units.read += 1.0 / minutes,
             _ => {}
         }
-        let table = if control { "control" } else { "lease" };
+        let table = if control {
+            "control"
+        } else if progress {
+            "progress"
+        } else {
+            "lease"
+        };
         *per_minute.entry(format!("{table} {}", seen.operation)).or_default() += 1.0 / minutes;
     }
     Counted { units, lease_rows, control_rows, per_minute }

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::cli::IamPolicyArgs;
 use crate::config::{Retrieval, WorkerConfig};
 use crate::lease::heartbeat::control_table_name;
+use crate::metrics::progress::progress_table_name;
 use crate::metrics::kcl::Level;
 use crate::metrics::publish::SinkKind;
 use crate::output::TargetSpec;
@@ -116,6 +117,9 @@ const LEASE_TABLE: &[&str] = &[
 /// The control table: each worker's heartbeat row (updated) and progress
 /// row (put), the deploy row.
 const CONTROL_TABLE: &[&str] = &["dynamodb:DescribeTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"];
+/// The progress table, made on first use: each worker's progress row put
+/// and deleted; `status` and the dashboard scan it.
+const PROGRESS_TABLE: &[&str] = &["dynamodb:DescribeTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:PutItem", "dynamodb:DeleteItem"];
 /// The state table, made on the first use of state or windows: read in
 /// batches, written with the checkpoints, a large commit's redo log put
 /// and deleted. Always granted: a version deployed later may use state.
@@ -170,6 +174,7 @@ pub fn worker_policy(config: &WorkerConfig, account: &Account) -> Policy {
     for (sid, actions, table) in [
         ("LeaseTable", LEASE_TABLE, application.clone()),
         ("ControlTable", CONTROL_TABLE, control_table_name(application)),
+        ("ProgressTable", PROGRESS_TABLE, progress_table_name(application)),
         ("StateTable", STATE_TABLE, state_table_name(application)),
         ("ComponentsTable", COMPONENTS_TABLE, components_table_name(application)),
     ] {
@@ -257,7 +262,7 @@ mod tests {
         assert_eq!(read["Resource"], serde_json::json!(["arn:aws:kinesis:eu-west-1:123456789012:stream/orders"]));
         assert!(read["Action"].as_array().unwrap().contains(&"kinesis:GetRecords".into()));
         let tables: Vec<&str> = policy["Statement"].as_array().unwrap().iter().flat_map(|s| s["Resource"].as_array().unwrap()).filter_map(|r| r.as_str()?.split("table/").nth(1)).collect();
-        assert_eq!(tables, ["orders-totals", "orders-totals-KclHostControl", "orders-totals-KclHostState", "orders-totals-KclHostComponents"]);
+        assert_eq!(tables, ["orders-totals", "orders-totals-KclHostControl", "orders-totals-KclHostProgress", "orders-totals-KclHostState", "orders-totals-KclHostComponents"]);
         assert!(statement(&policy, "ReadThroughConsumer").is_none() && statement(&policy, "WriteTargetStreams").is_none());
         assert!(!policy.to_string().contains("\"*\""), "no resource is a bare wildcard: {policy}");
     }

@@ -5,10 +5,15 @@
 //! draws throughput from two readings of `records`.
 //!
 //! Kept out of the heartbeat row on purpose: DynamoDB bills an `UpdateItem`
-//! by the whole item, so every beat would pay for these bytes. Each worker
-//! writes them instead to a row of its own in the control table,
-//! `progress/<worker id>`, every [`PERIOD`] and only when they changed (at
-//! once when a shard changes version), and deletes it with its heartbeat row.
+//! by the whole item, so every beat would pay for these bytes. And kept out
+//! of the control table: the fleet's watchers read that table whole twice a
+//! second, and a read is billed by the bytes of every row it reads, which
+//! these rows would multiply with the shards (at 10,000 leases on 200
+//! workers, six times the heartbeat rows' cost). Each worker writes them to
+//! a row of its own in the progress table `<application>-KclHostProgress`
+//! (made on first use), `progress/<worker id>`, every [`PERIOD`] and only
+//! when they changed (at once when a shard changes version), and deletes it
+//! with its heartbeat row.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,13 +22,26 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
+use crate::aws::AwsError;
 use crate::lease::board::ShardBoard;
-use crate::lease::heartbeat::ControlRead;
 use crate::lease::table::KeyedTable;
 use crate::lease::LeaseError;
 
+/// A row of the progress table, as DynamoDB returns it.
+pub type Item = std::collections::HashMap<String, AttributeValue>;
+
 /// How often a worker writes its progress row (when it changed).
 pub const PERIOD: Duration = Duration::from_secs(5);
+
+/// The name of `application`'s progress table.
+pub fn progress_table_name(application: &str) -> String {
+    format!("{application}-KclHostProgress")
+}
+
+/// The progress table as a [`KeyedTable`].
+pub fn progress_table(client: aws_sdk_dynamodb::Client, application: &str) -> KeyedTable {
+    KeyedTable { client, name: progress_table_name(application), key: "key", what: "kcl-host progress table" }
+}
 
 /// Prefix of a worker's progress row key.
 const PROGRESS: &str = "progress/";
@@ -120,7 +138,7 @@ impl ProgressBoard {
 
 /// Writes `worker`'s progress row every [`PERIOD`] while it changed, until aborted.
 pub async fn write_every(table: KeyedTable, worker: String, board: std::sync::Arc<ProgressBoard>) {
-    let mut written = None;
+    let (mut written, mut ready) = (None, false);
     loop {
         tokio::select! {
             () = tokio::time::sleep(PERIOD) => {}
@@ -129,6 +147,15 @@ pub async fn write_every(table: KeyedTable, worker: String, board: std::sync::Ar
         let now = (board.shards.snapshot(), board.rollout.lock().expect("not poisoned").clone());
         if written.as_ref() == Some(&now) {
             continue;
+        }
+        if !ready {
+            match table.ensure().await {
+                Ok(()) => ready = true,
+                Err(e) => {
+                    tracing::debug!("the progress table is not ready (status shows this worker's progress older): {e}");
+                    continue;
+                }
+            }
         }
         let rollout = serde_json::to_string(&now.1).expect("a rollout report serializes");
         let [(_, shards)] = <[_; 1]>::try_from(board.shards.report()).expect("a board reports one attribute");
@@ -150,14 +177,32 @@ pub async fn write_every(table: KeyedTable, worker: String, board: std::sync::Ar
 /// Deletes `worker`'s progress row: it stopped, or died and was forgotten.
 pub async fn forget(table: &KeyedTable, worker: &str) -> Result<(), LeaseError> {
     let delete = table.client.delete_item().table_name(&table.name).key("key", AttributeValue::S(format!("{PROGRESS}{worker}")));
-    delete.send().await.map(|_| ()).map_err(|e| table.error("DeleteItem (progress)", e))
+    match delete.send().await.map_err(|e| table.error("DeleteItem (progress)", e)) {
+        // No worker wrote progress yet: nothing to forget.
+        Err(LeaseError::Aws(AwsError::TableMissing(_))) => Ok(()),
+        done => done.map(|_| ()),
+    }
 }
 
-/// Every worker's reported progress in a read of the control table, by
+/// Every row of the progress table; none when no worker made it yet.
+pub async fn read(table: &KeyedTable) -> Result<Vec<Item>, LeaseError> {
+    let mut rows = Vec::new();
+    let mut pages = table.client.scan().table_name(&table.name).into_paginator().send();
+    while let Some(page) = pages.next().await {
+        match page.map_err(|e| table.error("Scan (progress)", e)) {
+            Ok(page) => rows.extend(page.items().iter().cloned()),
+            Err(LeaseError::Aws(AwsError::TableMissing(_))) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(rows)
+}
+
+/// Every worker's reported progress in the progress table's `rows`, by
 /// worker and lease key.
-pub fn reported(read: &ControlRead) -> BTreeMap<(String, String), Progress> {
+pub fn reported(rows: &[Item]) -> BTreeMap<(String, String), Progress> {
     let mut all = BTreeMap::new();
-    for item in &read.others {
+    for item in rows {
         let (Some(AttributeValue::S(key)), Some(AttributeValue::S(json))) = (item.get("key"), item.get(SHARDS)) else { continue };
         let Some(worker) = key.strip_prefix(PROGRESS) else { continue };
         let Ok(shards) = serde_json::from_str::<BTreeMap<String, Progress>>(json) else { continue };
@@ -166,10 +211,9 @@ pub fn reported(read: &ControlRead) -> BTreeMap<(String, String), Progress> {
     all
 }
 
-/// Every worker's reported rollout in a read of the control table, by worker.
-pub fn reported_rollouts(read: &ControlRead) -> BTreeMap<String, RolloutReport> {
-    read.others
-        .iter()
+/// Every worker's reported rollout in the progress table's `rows`, by worker.
+pub fn reported_rollouts(rows: &[Item]) -> BTreeMap<String, RolloutReport> {
+    rows.iter()
         .filter_map(|item| {
             let (Some(AttributeValue::S(key)), Some(AttributeValue::S(json))) = (item.get("key"), item.get(ROLLOUT)) else { return None };
             Some((key.strip_prefix(PROGRESS)?.to_owned(), serde_json::from_str(json).ok()?))
@@ -191,8 +235,7 @@ mod tests {
         let [(_, Some(AttributeValue::S(json)))] = <[_; 1]>::try_from(board.shards.report()).unwrap() else { panic!("a report") };
         assert_eq!(json, r#"{"shardId-1":{"records":15,"millis_behind":1200},"shardId-2":{"records":0,"dead_lettered":1}}"#);
         let row = [("key", "progress/w1"), (SHARDS, json.as_str())].map(|(k, v)| (k.to_owned(), AttributeValue::S(v.to_owned())));
-        let read = ControlRead { others: vec![row.into_iter().collect()], ..Default::default() };
-        let reported = reported(&read);
+        let reported = reported(&[row.into_iter().collect()]);
         assert_eq!(reported[&("w1".to_owned(), "shardId-1".to_owned())], Progress { records: 15, millis_behind: Some(1200), ..Default::default() });
         assert_eq!(reported.len(), 2);
     }

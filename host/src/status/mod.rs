@@ -162,7 +162,7 @@ pub struct DeployedRow {
     pub previous: Option<String>,
 }
 
-/// Reads both tables. A heartbeat older than `failover_time` counts as stopped.
+/// Reads the lease, control and progress tables. A heartbeat older than `failover_time` counts as stopped.
 pub async fn read(clients: &AwsClients, application: &str, failover_time: Duration) -> Result<Report, LeaseError> {
     let store = DynamoStore::new(clients.dynamodb.clone(), application);
     store.check_table().await?;
@@ -174,8 +174,9 @@ pub async fn read(clients: &AwsClients, application: &str, failover_time: Durati
         Err(e) => return Err(e),
     };
     let deployed = Deployed::in_read(&control);
-    let progress = progress::reported(&control);
-    let rollouts = progress::reported_rollouts(&control);
+    let progress_rows = progress::read(&progress::progress_table(clients.dynamodb.clone(), application)).await?;
+    let progress = progress::reported(&progress_rows);
+    let rollouts = progress::reported_rollouts(&progress_rows);
     let heartbeats = control.heartbeats;
     let running: HashMap<&str, Version> = heartbeats.iter().filter_map(|h| Some((h.worker.as_str(), Version::running(h)?))).collect();
     let now = clock::unix_ms();

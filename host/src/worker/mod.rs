@@ -49,6 +49,7 @@ use crate::config::WorkerConfig;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
 use crate::lease::heartbeat::{HeartbeatTable, LeaseNews};
+use crate::lease::table::KeyedTable;
 use crate::lease::watch::{self, FleetWatch};
 use crate::lease::{LeaseError, LeaseKey};
 use crate::metrics::{progress, Metrics};
@@ -136,6 +137,8 @@ struct Worker {
     process: String,
     store: Arc<DynamoStore>,
     control: HeartbeatTable,
+    /// Where its progress row is (`status` and the dashboard read it).
+    progress_table: KeyedTable,
     coordinator: Coordinator<DynamoStore>,
     fleet: FleetWatch,
     /// Leases this worker left for the others, for its heartbeat.
@@ -265,7 +268,7 @@ impl Worker {
         for (worker, heartbeat) in self.fleet.forgettable(read_at) {
             if let Err(e) = self.control.forget(&worker, heartbeat).await {
                 tracing::warn!(worker = %worker, "could not delete a dead worker's heartbeat row: {e}");
-            } else if let Err(e) = progress::forget(self.control.keyed(), &worker).await {
+            } else if let Err(e) = progress::forget(&self.progress_table, &worker).await {
                 tracing::warn!(worker = %worker, "could not delete a dead worker's progress row: {e}");
             }
         }
@@ -374,7 +377,7 @@ impl Worker {
         // The others notice at their next heartbeat read and take the leases.
         if let Err(e) = self.control.leave(&self.me, &self.process).await {
             tracing::warn!("could not delete this worker's heartbeat row (the others see it die instead): {e}");
-        } else if let Err(e) = progress::forget(self.control.keyed(), &self.me).await {
+        } else if let Err(e) = progress::forget(&self.progress_table, &self.me).await {
             tracing::warn!("could not delete this worker's progress row: {e}");
         }
         self.summary.elapsed = self.started.elapsed();

@@ -132,7 +132,8 @@ impl Worker {
             .in_current_span(),
         );
         let renewals = tokio::spawn(renew_every(coordinator.renewer(failover / 3), metrics.clone()).in_current_span());
-        let progress = tokio::spawn(progress::write_every(control.keyed().clone(), me.clone(), metrics.progress()).in_current_span());
+        let progress_table = progress::progress_table(clients.dynamodb.clone(), &config.application);
+        let progress = tokio::spawn(progress::write_every(progress_table.clone(), me.clone(), metrics.progress()).in_current_span());
 
         let mut worker = Worker {
             config,
@@ -143,6 +144,7 @@ impl Worker {
             process,
             store,
             control,
+            progress_table,
             coordinator,
             fleet,
             news,
