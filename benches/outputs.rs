@@ -12,6 +12,14 @@
 //! - `flush`: the time a batch's call takes with its outputs written before
 //!   its checkpoint, minus the same call with nothing to write: the latency
 //!   a checkpoint gains from the flush.
+//! - `stall`: a `kcl-host run` worker forwarding 4 shards to a Kinesis
+//!   output with `--output-buffer-mib 4`, 3 shards written 4 records a
+//!   second each; in the second run one shard's processor also sends 16 MiB
+//!   of outputs in one call and holds the call 5 s (a `hog:16:5000`
+//!   record); the third is the second with a 64 MiB buffer, which the hog
+//!   never fills. The latency of the other shards' records (input arrival
+//!   to output arrival) in each: a shard over its share of the buffer must
+//!   wait on its own writes, not hold the others'.
 //!
 //! Run with `bash scripts/build-guests.sh && bash scripts/servers.sh start &&
 //! source .servers/env && cargo bench -p kcl-host --bench outputs`; figures
@@ -22,10 +30,12 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use kcl_host::lease::dynamo::DynamoStore;
+use kcl_host::lease::LeaseStore;
 use kcl_host::output::{OutputSpec, Outputs, TargetSpec};
 use kcl_host::records::{Batch, Position, Record};
 use kcl_host::runtime::{CheckpointFuture, CheckpointSink, KeyedState, Processor, Runtime, RuntimeConfig, ShardInfo, ShardInstance, StateChanges};
-use kcl_testkit::{guest, unique, TestStream};
+use kcl_testkit::{guest, unique, StreamRecord, TestStream};
 
 const RECORD_BYTES: usize = 100;
 const BATCH: usize = 500;
@@ -157,6 +167,65 @@ async fn kinesis() {
     }
 }
 
+/// [`stall`]'s rounds: every 250 ms, a record to each of the 3 steady shards.
+const STALL_ROUNDS: usize = 40;
+/// The round whose records follow the hog's.
+const HOG_ROUND: usize = 8;
+
+/// Whether some lease in `leases` is checkpointed at `sequence_number`.
+fn table_holds(leases: &[kcl_host::lease::Lease], sequence_number: &str) -> bool {
+    leases.iter().any(|lease| lease.checkpoint.as_column() == sequence_number)
+}
+
+/// Latencies in ms of the steady shards' records from round [`HOG_ROUND`]
+/// on, with or without the hog on the first shard, the worker's output
+/// buffer `buffer_mib` (see the module).
+async fn stall(hog: bool, buffer_mib: &str) -> Vec<i64> {
+    let aws = kcl_testkit::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("bench-stall"), 4).await;
+    let output = TestStream::create(&aws.kinesis, &unique("bench-stall-out"), 1).await;
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let (processor, cache, application) = (guest("forward").display().to_string(), kcl_testkit::test_cache_dir().display().to_string(), unique("bench-stall-app"));
+    let target = format!("out=kinesis:{}", output.name);
+    let args = ["run", &processor, "--stream", &stream.name, "--application", &application, "--cache-dir", &cache, "--output", &target, "--output-buffer-mib", buffer_mib];
+    let mut host = kcl_testkit::process::KclHost::spawn(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args);
+    host.wait_for("4 shards", Duration::from_secs(120), |log| log.iter().filter(|l| l.contains("kcl_host::worker::shards: processing shard=")).count() >= 4).await;
+    let mut after_hog = Vec::new();
+    for round in 0..STALL_ROUNDS {
+        if hog && round == HOG_ROUND {
+            stream.put_to(&[(shards[0].as_str(), b"hog:16:5000".as_slice(), "hog")]).await;
+        }
+        let data = format!("r{round}");
+        let entries: Vec<(&str, &[u8], &str)> = shards[1..].iter().map(|shard| (shard.as_str(), data.as_bytes(), "k")).collect();
+        let sequence_numbers = stream.put_to(&entries).await;
+        if round >= HOG_ROUND {
+            after_hog.extend(sequence_numbers);
+        }
+        // A paced producer: the latency is measured at 4 records a second.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Outputs are written before the checkpoint that covers them: once each
+    // steady shard's checkpoint is at its last record, the output holds them.
+    let last: Vec<&String> = after_hog.iter().rev().take(3).collect();
+    let table = DynamoStore::new(aws.dynamodb.clone(), &application);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let leases = table.list().await.unwrap_or_default();
+        if last.iter().all(|seq| table_holds(&leases, seq)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the steady shards did not checkpoint their last records");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out: BTreeMap<String, i64> =
+        output.read_all_arrivals().await.into_iter().filter_map(|(record, at): (StreamRecord, i64)| Some((record.data.split(' ').nth(1)?.to_owned(), at))).collect();
+    host.interrupt().await;
+    let arrived: BTreeMap<String, i64> = stream.read_all_arrivals().await.into_iter().map(|(record, at)| (record.sequence_number, at)).collect();
+    let mut latencies: Vec<i64> = after_hog.iter().map(|seq| out[seq] - arrived[seq]).collect();
+    latencies.sort_unstable();
+    latencies
+}
+
 fn main() {
     let which: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let wants = |name: &str| which.is_empty() || which.iter().any(|w| w == name);
@@ -167,6 +236,21 @@ fn main() {
         }
         if wants("kinesis") || wants("flush") {
             kinesis().await;
+        }
+        if wants("stall") {
+            // A buffer larger than the hog's sends: what is left is the target's own contention.
+            for (hog, buffer_mib) in [(false, "4"), (true, "4"), (true, "64")] {
+                let latencies = stall(hog, buffer_mib).await;
+                let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+                println!(
+                    "stall: --output-buffer-mib {buffer_mib}, {} the steady shards' latency over {} records: p50 {} ms, p95 {} ms, max {} ms",
+                    if hog { "with a shard sending 16 MiB in a 5 s call," } else { "alone," },
+                    latencies.len(),
+                    at(0.5),
+                    at(0.95),
+                    at(1.0)
+                );
+            }
         }
     });
 }

@@ -10,7 +10,10 @@
 //! (`failed-at`) — every time they are seen; `fail-long` is `fail` with a
 //! 1 MiB message. A DynamoDB stream change whose image holds the string
 //! attribute `poison` = `trap` is `trap` too. A record `flood:<MiB>` is not forwarded: the processor
-//! prints that many MiB to stdout, in lines of 100 bytes.
+//! prints that many MiB to stdout, in lines of 100 bytes. A record
+//! `hog:<MiB>:<ms>` is not forwarded: the processor sends that many MiB of
+//! outputs (64 KiB records, 16 a send), then holds its call that long (the
+//! output buffer's fairness benchmark).
 //! `initialize` logs the variable `greeting` when it is set. Each record is
 //! logged as `record <sequence-number> <partition-key> <data>` — unless the
 //! variable `quiet` is set (the output benchmark): then records are
@@ -71,6 +74,19 @@ impl RecordProcessor for Forward {
                 for _ in 0..(mib << 20) / line.len() {
                     print!("{line}");
                 }
+                continue;
+            }
+            if let Some((mib, ms)) = data.strip_prefix("hog:").and_then(|rest| rest.split_once(':')) {
+                let (mib, ms) = (mib.parse::<usize>().unwrap_or(0), ms.parse::<u64>().unwrap_or(0));
+                let chunk = vec![b'h'; 64 << 10];
+                for _ in 0..mib {
+                    let mut sends = Outputs::new();
+                    for _ in 0..16 {
+                        sends.push("hog", &chunk);
+                    }
+                    self.send(sends)?;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(ms));
                 continue;
             }
             if let Some(url) = data.strip_prefix("http:") {
