@@ -52,25 +52,36 @@ pub(super) struct Purchases {
 
 impl Purchases {
     pub(super) fn start(stream: &TestStream, users: usize, per_tick: usize) -> Self {
+        Self::start_after(stream, users, per_tick, 0)
+    }
+
+    /// Like [`Self::start`], putting `backlog` purchases at once first.
+    pub(super) fn start_after(stream: &TestStream, users: usize, per_tick: usize, backlog: usize) -> Self {
         let stream = TestStream { name: stream.name.clone(), kinesis: stream.kinesis.clone() };
         let (stop, mut stopped) = watch::channel(false);
         let (sums, counts) = (Sums::default(), Sums::default());
         let (log, counted) = (sums.clone(), counts.clone());
         let task = tokio::spawn(async move {
+            let put = |n: usize| {
+                let batch: Vec<(String, String)> =
+                    (0..n).map(|_| (format!("user-{:03}", fastrand::usize(..users)), format!(r#"{{"cents": {}}}"#, fastrand::i64(1..1000)))).collect();
+                let (stream, log, counted) = (&stream, &log, &counted);
+                async move {
+                    put_purchases(stream, &batch, log).await;
+                    let mut counted = counted.lock().unwrap();
+                    for (user, _) in &batch {
+                        *counted.entry(user.clone()).or_default() += 1;
+                    }
+                }
+            };
+            put(backlog).await;
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
                 tokio::select! {
                     _ = stopped.changed() => return,
                     _ = tick.tick() => {}
                 }
-                let batch: Vec<(String, String)> = (0..per_tick)
-                    .map(|_| (format!("user-{:03}", fastrand::usize(..users)), format!(r#"{{"cents": {}}}"#, fastrand::i64(1..1000))))
-                    .collect();
-                put_purchases(&stream, &batch, &log).await;
-                let mut counted = counted.lock().unwrap();
-                for (user, _) in &batch {
-                    *counted.entry(user.clone()).or_default() += 1;
-                }
+                put(per_tick).await;
             }
         });
         Purchases { stop, task, sums, counts }
@@ -193,19 +204,36 @@ pub(super) fn another_version(name: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn user_totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merge() {
+    totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merge(&[]).await;
+}
+
+/// With 8 instances per shard each key's state is changed by one of them at
+/// a time, and the host commits with each checkpoint it writes exactly the
+/// changes of the records below it.
+#[tokio::test(flavor = "multi_thread")]
+async fn user_totals_stay_exact_with_eight_instances_per_shard_through_kills_handoffs_a_swap_a_split_and_a_merge() {
+    totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merge(&["--parallelism", "8", "--max-records", "20"]).await;
+}
+
+/// Workers with `flags` sum purchases while two are killed, one is stopped,
+/// one swaps its processor and the stream is split and merged: every
+/// user's total in the state table ends up the sum of what was produced.
+async fn totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merge(flags: &[&str]) {
     let aws = java_kcl3::clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("state"), 8).await;
     let application = unique("state-app");
     let admin = admin_address();
-    let mut first = worker(&stream.name, &application, "worker-1", &[]);
-    let mut second = worker(&stream.name, &application, "worker-2", &["--admin-listen", &admin]);
-    let purchases = Purchases::start(&stream, 40, 16);
-    first.wait_for("leases", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
+    let worker = |id: &str, extra: &[&str]| worker(&stream.name, &application, id, &[flags, extra].concat());
+    let mut first = worker("worker-1", &[]);
+    let mut second = worker("worker-2", &["--admin-listen", &admin]);
+    // A backlog: calls of many keys side by side when there are several instances.
+    let purchases = Purchases::start_after(&stream, 40, 16, 4000);
+    first.wait_for("leases", LIMIT, |log| count_lines(log, "kcl_host::guest: committed ") >= 40).await;
     second.wait_for("leases", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
 
     // kill -9 the first; a third takes its leases after the failover time.
     first.kill().await;
-    let mut third = worker(&stream.name, &application, "worker-3", &[]);
+    let mut third = worker("worker-3", &[]);
     third.wait_for("leases", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
 
     // A split and a merge while the purchases go on.
@@ -235,9 +263,9 @@ async fn user_totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merg
     // SIGTERM the second (a handoff: it checkpoints and lets go), and kill -9 the third.
     let (exit, _) = second.interrupt().await;
     assert!(exit.success(), "the second worker stops cleanly on SIGTERM");
-    let fourth = worker(&stream.name, &application, "worker-4", &[]);
+    let fourth = worker("worker-4", &[]);
     third.kill().await;
-    let fifth = worker(&stream.name, &application, "worker-5", &[]);
+    let fifth = worker("worker-5", &[]);
 
     let expected = purchases.stop().await.sums;
     assert!(expected.values().sum::<i64>() > 0);

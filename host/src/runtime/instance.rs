@@ -108,6 +108,13 @@ impl ShardInstance {
         self.store.data().checkpoints.state.pending()
     }
 
+    /// Takes the state changes made since the last checkpoint, which the
+    /// caller commits from now on (a lane of several on one shard, after
+    /// each call), and forgets the values the instance cached.
+    pub fn take_state_changes(&mut self) -> StateChanges {
+        self.store.data_mut().checkpoints.state.take_changes()
+    }
+
     /// Calls `shutdown`. After `lease-lost` every checkpoint is refused, even
     /// one made during this call.
     pub async fn shutdown(&mut self, reason: ShutdownReason) -> Result<(), CallError> {

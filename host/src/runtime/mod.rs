@@ -49,6 +49,7 @@ pub use outbound::OutboundPolicy;
 pub use output::{NoOutputs, OutputFuture, OutputRecords, OutputSink, SendError};
 pub use processor::{LoadError, Processor};
 pub use store::SharedMemory;
+pub(crate) use state::Cache as StateCache;
 pub use state::{KeyedState, StateChanges, StateError, StateFuture, StateSource, HOST_KEY_PREFIX, MAX_CHANGED_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use bindings::v0_4::windowed::exports::kcl::processor::window::WindowBounds;
 

@@ -66,6 +66,10 @@ pub struct KeyedState {
     batch_keys: (String, Vec<u32>),
     /// Keys taken without a check: a closing window's (checked when first changed).
     admitted: HashSet<String>,
+    /// Only the partition keys of the batch being delivered are taken: an
+    /// instance of several on one shard (`--parallelism`), whose other
+    /// keys may be in another instance's call at the same moment.
+    call_keys_only: bool,
 }
 
 impl KeyedState {
@@ -74,13 +78,21 @@ impl KeyedState {
         Self::with_access(Ok((source, range)))
     }
 
+    /// State read from `source` for the partition keys of the records each
+    /// call is given, and no other: one lane's of a shard's several
+    /// instances, which hands its changes over after each call
+    /// ([`Self::take_changes`]).
+    pub fn of_call_keys(source: Arc<dyn StateSource>) -> Self {
+        Self { call_keys_only: true, ..Self::new(source, None) }
+    }
+
     /// No state: every call fails with `unavailable(reason)`.
     pub fn unavailable(reason: impl Into<String>) -> Self {
         Self::with_access(Err(reason.into()))
     }
 
     fn with_access(access: Result<(Arc<dyn StateSource>, Option<HashRange>), String>) -> Self {
-        Self { access, cache: Cache::default(), pending: StateChanges::new(), pending_bytes: 0, batch_keys: Default::default(), admitted: HashSet::new() }
+        Self { access, cache: Cache::default(), pending: StateChanges::new(), pending_bytes: 0, batch_keys: Default::default(), admitted: HashSet::new(), call_keys_only: false }
     }
 
     /// Notes the batch about to be delivered: its records' partition keys
@@ -167,6 +179,12 @@ impl KeyedState {
         if key.starts_with(HOST_KEY_PREFIX) {
             return Err(StateError::NotThisShard(format!("the key `{key}` starts with `{HOST_KEY_PREFIX}`, which is kept for the host's own keys; use another key")));
         }
+        if self.call_keys_only && !self.in_batch(key) && !self.admitted.contains(key) {
+            return Err(StateError::NotThisShard(format!(
+                "with --parallelism over 1 an instance keeps the state of the partition keys of the records it is given, \
+                 which no other instance has at the same time; `{key}` is not one of this call's"
+            )));
+        }
         match range {
             Some(range) if !range.contains(key, None) && !self.admitted.contains(key) && !self.in_batch(key) => Err(StateError::NotThisShard(format!(
                 "the key `{key}` hashes to {}, outside this shard's hash-key range {}..={}: \
@@ -192,6 +210,15 @@ impl KeyedState {
         self.pending_bytes = 0;
     }
 
+    /// Hands the changes since the last checkpoint to the caller, which
+    /// answers for them from now on, and forgets every cached value: the
+    /// next call's keys may have changed in another instance meanwhile.
+    pub(crate) fn take_changes(&mut self) -> StateChanges {
+        self.cache = Cache::default();
+        self.pending_bytes = 0;
+        std::mem::take(&mut self.pending)
+    }
+
     /// Drops the changes since the last checkpoint (the call that made them failed).
     pub(crate) fn discard(&mut self) {
         self.pending.clear();
@@ -202,7 +229,7 @@ impl KeyedState {
 /// Committed values, the least recently used dropped past [`CACHE_BYTES`].
 /// A key known to have no value is cached too (as `None`).
 #[derive(Default)]
-struct Cache {
+pub(crate) struct Cache {
     values: HashMap<String, (Option<Vec<u8>>, u64)>,
     /// Use tick → key, oldest first.
     order: BTreeMap<u64, String>,
@@ -211,11 +238,11 @@ struct Cache {
 }
 
 impl Cache {
-    fn has(&self, key: &str) -> bool {
+    pub(crate) fn has(&self, key: &str) -> bool {
         self.values.contains_key(key)
     }
 
-    fn get(&mut self, key: &str) -> Option<Vec<u8>> {
+    pub(crate) fn get(&mut self, key: &str) -> Option<Vec<u8>> {
         self.tick += 1;
         let (value, used) = self.values.get_mut(key)?;
         self.order.remove(used);
@@ -224,7 +251,7 @@ impl Cache {
         value.clone()
     }
 
-    fn put(&mut self, key: String, value: Option<Vec<u8>>) {
+    pub(crate) fn put(&mut self, key: String, value: Option<Vec<u8>>) {
         self.tick += 1;
         self.bytes += key.len() + value.as_ref().map_or(0, Vec::len);
         self.order.insert(self.tick, key.clone());

@@ -16,7 +16,7 @@ use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::records::{Batch, Position};
 use crate::runtime::{CallError, CheckpointError, CheckpointFuture, CheckpointSink, KeyedState, Processor, StateChanges};
-use crate::state::{ShardStateSource, StateCommit, StateTable, WindowIndex};
+use crate::state::{StateCommit, StateTable, WindowIndex};
 use crate::swap::rollout::CallReport;
 
 /// What the failure policy's delivery loop counts, logs and waits on for a shard.
@@ -149,36 +149,32 @@ impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
     }
 }
 
-/// The state an instance of `shard_loop`'s shard sees: the stream's items
-/// in the state table, keys limited to the lease's hash-key range. Lanes
-/// (`--parallelism` over 1) have none: each lane's checkpoint only says how
-/// far it got, so no write could commit its changes exactly once.
+/// The state an instance of `shard_loop`'s shard sees, with one instance
+/// per shard: the stream's items in the state table, keys limited to the
+/// lease's hash-key range. (Lanes read theirs through `parallel::state`.)
 pub(super) async fn shard_state<S: LeaseStore>(shard_loop: &ShardLoop<S>) -> KeyedState {
-    let parallelism = shard_loop.parallelism;
-    if parallelism > 1 {
-        return KeyedState::unavailable(format!("state needs one instance per shard; this worker runs {parallelism} (--parallelism): run it with --parallelism 1"));
-    }
     let lease = shard_loop.held.snapshot().await;
-    let range = lease.hash_range();
-    let source = ShardStateSource { table: shard_loop.state.clone(), stream: shard_loop.stream.clone(), metrics: shard_loop.metrics.clone() };
-    KeyedState::new(Arc::new(source), range)
+    KeyedState::new(Arc::new(shard_loop.state_source()), lease.hash_range())
 }
 
 /// Notes where a lane's instance is done, with `--parallelism` over 1: its
 /// checkpoints mean "done up to here for my keys", and the host writes the
-/// shard's checkpoint once every lane is done below it.
+/// shard's checkpoint once every lane is done below it. The state changes
+/// they cover are noted too, for the lane's call to hand over when it ends.
 pub(super) struct LaneSink<S> {
     pub(super) held: Arc<HeldLease<S>>,
     pub(super) done_through: Arc<StdMutex<Option<Position>>>,
+    pub(super) noted: Arc<StdMutex<StateChanges>>,
 }
 
 impl<S: LeaseStore> CheckpointSink for LaneSink<S> {
-    fn checkpoint<'a>(&'a mut self, position: Position, _: &'a StateChanges) -> CheckpointFuture<'a> {
+    fn checkpoint<'a>(&'a mut self, position: Position, changes: &'a StateChanges) -> CheckpointFuture<'a> {
         let noted = if self.held.is_valid() {
             let mut done = self.done_through.lock().expect("not poisoned");
             if done.as_ref().is_none_or(|done| *done < position) {
                 *done = Some(position);
             }
+            self.noted.lock().expect("not poisoned").extend(changes.iter().map(|(key, value)| (key.clone(), value.clone())));
             Ok(())
         } else {
             Err(CheckpointError::LeaseLost)

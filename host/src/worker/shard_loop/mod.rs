@@ -32,8 +32,8 @@ use crate::lease::{Checkpoint, LeaseStore};
 use crate::metrics::ShardMetrics;
 use crate::output::Outputs;
 use crate::records::{Batch, Position};
-use crate::state::StateTable;
-use crate::runtime::{CheckpointSink, Processor, ShardInfo, ShardInstance, SharedMemory};
+use crate::state::{ShardStateSource, StateTable};
+use crate::runtime::{CheckpointSink, KeyedState, Processor, ShardInfo, ShardInstance, SharedMemory};
 use crate::swap::rollout::CallReport;
 
 /// How a shard's loop ended.
@@ -187,7 +187,8 @@ impl<S: LeaseStore> ShardLoop<S> {
         }
         let checkpointed = Arc::new(StdMutex::new(last_checkpoint.clone()));
         let mut running = self.processor.clone().borrow_and_update().clone();
-        let mut instance = match self.open(&running, &lease.checkpoint, last_checkpoint, self.lease_sink(&checkpointed)).await {
+        let state = hooks::shard_state(self).await;
+        let mut instance = match self.open(&running, &lease.checkpoint, last_checkpoint, self.lease_sink(&checkpointed), state).await {
             Ok(instance) => instance,
             Err(interrupt) => return interrupt,
         };
@@ -265,6 +266,11 @@ impl<S: LeaseStore> ShardLoop<S> {
         Box::new(LeaseSink { committer: self.committer(), checkpointed: checkpointed.clone() })
     }
 
+    /// The shard's committed state, as the state table holds it.
+    fn state_source(&self) -> ShardStateSource {
+        ShardStateSource { table: self.state.clone(), stream: self.stream.clone(), metrics: self.metrics.clone() }
+    }
+
     /// Writes the shard's checkpoints with the state they cover.
     fn committer(&self) -> Committer<S> {
         Committer {
@@ -278,17 +284,17 @@ impl<S: LeaseStore> ShardLoop<S> {
 
     /// A fresh instance of `processor` for this shard, initialized from
     /// `checkpoint` (its column) / `last_checkpoint` (its position), its
-    /// checkpoints going to `sink`.
+    /// checkpoints going to `sink` and its state read from `state`.
     async fn open(
         &self,
         processor: &Processor,
         checkpoint: &Checkpoint,
         last_checkpoint: Option<Position>,
         sink: Box<dyn CheckpointSink>,
+        state: KeyedState,
     ) -> Result<ShardInstance, Interrupt> {
         let shard_id = self.held.key().shard_id().to_owned();
         let outputs = Box::new(self.outputs.shard());
-        let state = hooks::shard_state(self).await;
         // Its log lines name the lease key: with several streams, that names the stream too.
         let mut instance = match processor.instantiate_with_outputs(self.held.key(), sink, outputs, state, last_checkpoint.clone(), self.memory.clone()).await {
             Ok(instance) => instance,

@@ -90,7 +90,8 @@ impl<S: LeaseStore> ShardLoop<S> {
         checkpointed: &Arc<StdMutex<Option<Position>>>,
     ) -> Result<ShardInstance, Interrupt> {
         let lease = self.held.snapshot().await;
-        let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, self.lease_sink(checkpointed)).await?;
+        let state = super::hooks::shard_state(self).await;
+        let mut instance = self.open(processor, &lease.checkpoint, last_checkpoint, self.lease_sink(checkpointed), state).await?;
         for mut batch in again {
             if let Some(interrupt) = self.deliver(&mut instance, processor, policy, &mut batch).await {
                 return Err(interrupt);

@@ -4,6 +4,11 @@
 //! call there, so its records are processed in order by one instance; a key
 //! with none goes to the lane with the least work. Unlike a hash of the key
 //! modulo N, 16 keys on 8 instances load each with 2.
+//!
+//! A call never holds records from both sides of an epoch's end (every
+//! N × `--max-records` records of the shard): whatever calls are finished,
+//! the end of a finished epoch is a checkpoint that cuts no call in two,
+//! where the host commits their state changes (`super::state`).
 
 use std::collections::HashMap;
 
@@ -25,6 +30,8 @@ pub(super) struct Lanes {
     keys: HashMap<String, (usize, usize)>,
     /// Most records one call is given (`--max-records`).
     call_records: usize,
+    /// Records per epoch: no call spans two.
+    epoch: u64,
 }
 
 /// What orders a record: the explicit hash key when it has one.
@@ -36,7 +43,7 @@ impl Lanes {
     /// `lanes` empty queues.
     pub(super) fn new(lanes: usize, call_records: usize) -> Self {
         let queues = (0..lanes).map(|_| Call { records: Batch::default(), ordinals: Vec::new() }).collect();
-        Self { queues, load: vec![0; lanes], keys: HashMap::new(), call_records }
+        Self { queues, load: vec![0; lanes], keys: HashMap::new(), call_records, epoch: (lanes * call_records) as u64 }
     }
 
     /// Queues `batch`, whose first record has ordinal `first`.
@@ -63,13 +70,13 @@ impl Lanes {
         }
     }
 
-    /// The next call of `lane`: up to `call_records` of its oldest records.
+    /// The next call of `lane`: up to `call_records` of its oldest
+    /// records, all of one epoch.
     pub(super) fn take(&mut self, lane: usize) -> Option<Call> {
         let queue = &mut self.queues[lane];
-        let n = queue.ordinals.len().min(self.call_records);
-        if n == 0 {
-            return None;
-        }
+        let first = *queue.ordinals.first()?;
+        let epoch_end = (first / self.epoch + 1) * self.epoch;
+        let n = queue.ordinals[..queue.ordinals.len().min(self.call_records)].partition_point(|&ordinal| ordinal < epoch_end);
         let records = queue.records.slice(0, n);
         queue.records = queue.records.slice(n, queue.ordinals.len() - n);
         let ordinals = queue.ordinals.drain(..n).collect();
@@ -190,5 +197,14 @@ mod tests {
         lanes.route(&interleaved(&["p", "q", "r", "s"], 8, Some("42")), 0);
         let used: BTreeSet<usize> = drain(&mut lanes).into_iter().map(|(lane, _)| lane).collect();
         assert_eq!(used.len(), 1);
+    }
+
+    #[test]
+    fn no_call_spans_the_end_of_an_epoch() {
+        // 2 lanes of calls of 4: an epoch is 8 records, and one key has them all.
+        let mut lanes = Lanes::new(2, 4);
+        lanes.route(&interleaved(&["a"], 6, None), 5);
+        let calls: Vec<Vec<u64>> = drain(&mut lanes).into_iter().map(|(_, call)| call.ordinals).collect();
+        assert_eq!(calls, [vec![5, 6, 7], vec![8, 9, 10]], "cut at 8, then up to 4 records");
     }
 }

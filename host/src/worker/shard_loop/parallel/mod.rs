@@ -9,10 +9,12 @@
 //! keys") are not given to its next instance again. The host writes the
 //! shard's checkpoint itself, at most once a second and whenever the shard
 //! stops or swaps: the last position below which every record of every
-//! lane is done ([`progress`]).
+//! lane is done ([`progress`]), with the state changes of the calls it
+//! covers ([`state`]).
 
 mod lanes;
 mod progress;
+mod state;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -29,10 +31,11 @@ use crate::fetch::{Fetched, StartingPosition};
 use crate::lease::coordinator::CheckpointFailure;
 use crate::lease::{Checkpoint, Lease, LeaseStore};
 use crate::records::Position;
-use crate::runtime::{Processor, ShardInstance, ShutdownReason};
+use crate::runtime::{KeyedState, Processor, ShardInstance, ShutdownReason, StateChanges};
 use crate::worker::in_flight::InFlight;
 use lanes::{Call, Lanes};
 use progress::Progress;
+use state::{LaneSource, LaneStates};
 
 /// Most often the host writes a parallel shard's checkpoint while it runs.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
@@ -45,16 +48,31 @@ struct Lane {
     index: usize,
     instance: ShardInstance,
     policy: FailurePolicy,
-    /// Where the instance's checkpoints (its own, and the failure policy's
-    /// past records it gave up on) say this lane is done.
-    done_through: Arc<StdMutex<Option<Position>>>,
+    notes: Notes,
+    /// The shard's state across its lanes.
+    states: Arc<LaneStates>,
     /// Shut down, or its call stopped: it cannot be called again.
     spent: bool,
 }
 
-/// The checkpoint the host last wrote, and when it tried.
-struct Written {
-    position: Option<Position>,
+/// What a lane's instances note at their checkpoints (their own, and the
+/// failure policy's past records it gave up on), kept across restarts.
+#[derive(Clone, Default)]
+struct Notes {
+    /// Where they say the lane is done.
+    done_through: Arc<StdMutex<Option<Position>>>,
+    /// The state changes they covered in the current call.
+    changes: Arc<StdMutex<StateChanges>>,
+}
+
+/// How far the shard is done and committed.
+struct Done {
+    progress: Progress,
+    /// The finished calls' state changes not committed yet.
+    states: Arc<LaneStates>,
+    /// The host's last checkpoint covers the records below this ordinal.
+    written_below: u64,
+    /// When it last tried to write one.
     at: Instant,
 }
 
@@ -66,18 +84,19 @@ impl<S: LeaseStore> ShardLoop<S> {
         let mut running = self.processor.clone().borrow_and_update().clone();
         let mut offered = self.processor.clone();
         offered.mark_unchanged();
+        let states = Arc::new(LaneStates::new(self.state_source()));
         let mut idle = Vec::with_capacity(n);
         for index in 0..n {
-            let done_through = Arc::new(StdMutex::new(None));
-            match self.open_lane_instance(&done_through, &running).await {
-                Ok(instance) => idle.push(Some(Lane { index, instance, policy: FailurePolicy::new(&self.failure), done_through, spent: false })),
+            let notes = Notes::default();
+            match self.open_lane_instance(&notes, &states, &running).await {
+                Ok(instance) => idle.push(Some(Lane { index, instance, policy: FailurePolicy::new(&self.failure), notes, states: states.clone(), spent: false })),
                 Err(interrupt) => return interrupt,
             }
         }
         let range = lease.hash_range();
         let mut fetcher = self.reader.open(&self.stream, lease.key.shard_id(), start, range);
-        let (mut lanes, mut progress) = (Lanes::new(n, self.call_records), Progress::default());
-        let mut written = Written { position: lease.checkpoint.position().cloned(), at: Instant::now() };
+        let mut lanes = Lanes::new(n, self.call_records);
+        let mut done = Done { progress: Progress::default(), states, written_below: 0, at: Instant::now() };
         let mut calls = FuturesUnordered::new();
         let (mut reading, mut children, mut ending, mut swap_to) = (true, None, None, None);
         loop {
@@ -96,12 +115,12 @@ impl<S: LeaseStore> ShardLoop<S> {
             if calls.is_empty() {
                 // An ending wins over a swap: a lane may be spent.
                 if let Some(ending) = ending {
-                    return self.end_lanes(idle, ending, &progress, &mut written).await;
+                    return self.end_lanes(idle, ending, &mut done).await;
                 }
                 if let Some(to) = swap_to.take() {
                     // What the old version finished is checkpointed first, so
                     // a crash after the swap re-delivers only the new one's.
-                    if let Err(interrupt) = self.write_progress(&progress, &mut written).await {
+                    if let Err(interrupt) = self.write_progress(&mut done).await {
                         ending = Some(interrupt);
                         continue;
                     }
@@ -114,20 +133,21 @@ impl<S: LeaseStore> ShardLoop<S> {
                 if lanes.queued() == 0
                     && let Some(children) = children.take()
                 {
-                    return self.end_shard_lanes(idle, children, &progress, &mut written).await;
+                    return self.end_shard_lanes(idle, children, &mut done).await;
                 }
             }
             let read_more = reading && ending.is_none() && lanes.queued() < n * self.call_records && lanes.queued_bytes() < QUEUED_BYTES;
-            let unwritten = progress.done_through().is_some() && progress.done_through() != written.position.as_ref();
+            let unwritten = done.progress.done_below() > done.written_below;
             tokio::select! {
-                Some((lane, call, interrupt)) = calls.next() => {
+                Some((lane, call, returned)) = calls.next() => {
                     let index = lane.index;
-                    match interrupt {
-                        None => {
-                            progress.done(&call.ordinals);
+                    match returned {
+                        Ok(changes) => {
+                            done.states.finished(&call.ordinals, changes);
+                            done.progress.done(&call.ordinals);
                             lanes.finished(index, &call);
                         }
-                        Some(interrupt) => { ending.get_or_insert(interrupt); }
+                        Err(interrupt) => { ending.get_or_insert(interrupt); }
                     }
                     idle[index] = Some(lane);
                 }
@@ -138,7 +158,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                         if !lease.checkpoint.has_started() && first_delivered.is_none() {
                             *first_delivered = batch.get(0).map(|first| first.sequence_number.to_owned());
                         }
-                        let first = progress.read(&batch);
+                        let first = done.progress.read(&batch);
                         lanes.route(&batch, first);
                         if shard_end.is_some() {
                             (reading, children) = (false, shard_end);
@@ -153,8 +173,8 @@ impl<S: LeaseStore> ShardLoop<S> {
                 },
                 outcome = self.interrupted(), if ending.is_none() => ending = Some(Interrupt::Done(outcome)),
                 Ok(()) = offered.changed(), if swap_to.is_none() && ending.is_none() => swap_to = Some(offered.borrow_and_update().clone()),
-                _ = tokio::time::sleep_until(written.at + CHECKPOINT_EVERY), if unwritten && ending.is_none() => {
-                    if let Err(interrupt) = self.write_progress(&progress, &mut written).await {
+                _ = tokio::time::sleep_until(done.at + CHECKPOINT_EVERY), if unwritten && ending.is_none() => {
+                    if let Err(interrupt) = self.write_progress(&mut done).await {
                         ending = Some(interrupt);
                     }
                 }
@@ -164,19 +184,21 @@ impl<S: LeaseStore> ShardLoop<S> {
 
     /// Delivers `call` to `lane` under its failure policy; a failure that
     /// spends the instance restarts it (after the policy's wait) with the
-    /// call's records it had not finished. With an interrupt when the lane
-    /// cannot go on (its instance is then spent).
-    async fn lane_call(&self, mut lane: Lane, mut call: Call, processor: Processor) -> (Lane, Call, Option<Interrupt>) {
+    /// call's records it had not finished. With the state changes the call
+    /// made, or an interrupt when the lane cannot go on (its instance is
+    /// then spent, and the call's changes dropped: its records come again).
+    async fn lane_call(&self, mut lane: Lane, mut call: Call, processor: Processor) -> (Lane, Call, Result<StateChanges, Interrupt>) {
         let mut rest = None;
         loop {
             let batch = rest.as_mut().unwrap_or(&mut call.records);
             let mut why = match self.deliver(&mut lane.instance, &processor, &mut lane.policy, batch).await {
-                None => return (lane, call, None),
-                Some(Interrupt::Failed(why)) => why,
-                Some(interrupt) => {
-                    lane.spent = true;
-                    return (lane, call, Some(interrupt));
+                None => {
+                    let mut changes = std::mem::take(&mut *lane.notes.changes.lock().expect("not poisoned"));
+                    changes.extend(lane.instance.take_state_changes());
+                    return (lane, call, Ok(changes));
                 }
+                Some(Interrupt::Failed(why)) => why,
+                Some(interrupt) => return lane.spend(call, interrupt),
             };
             // Its memory is the shard's again before a successor starts.
             lane.instance.retire();
@@ -185,20 +207,16 @@ impl<S: LeaseStore> ShardLoop<S> {
                 self.metrics.restarted();
                 tracing::warn!(shard = %self.held.key(), processor = processor.describe(), "{why}; restarting instance {} of {} in {wait:?}", lane.index + 1, self.parallelism);
                 if let Some(outcome) = self.wait(wait).await {
-                    lane.spent = true;
-                    return (lane, call, Some(Interrupt::Done(outcome)));
+                    return lane.spend(call, Interrupt::Done(outcome));
                 }
                 lane.policy.instance_started();
-                match self.open_lane_instance(&lane.done_through, &processor).await {
+                match self.open_lane_instance(&lane.notes, &lane.states, &processor).await {
                     Ok(instance) => break lane.instance = instance,
                     Err(Interrupt::Failed(error)) => why = error,
-                    Err(interrupt) => {
-                        lane.spent = true;
-                        return (lane, call, Some(interrupt));
-                    }
+                    Err(interrupt) => return lane.spend(call, interrupt),
                 }
             }
-            let done = lane.done_through.lock().expect("not poisoned").clone();
+            let done = lane.notes.done_through.lock().expect("not poisoned").clone();
             rest = Some(match done {
                 Some(done) => call.records.after(&done),
                 None => call.records.slice(0, call.records.len()),
@@ -207,11 +225,12 @@ impl<S: LeaseStore> ShardLoop<S> {
     }
 
     /// A fresh instance of `processor` for a lane whose checkpoints go to
-    /// `done_through`.
-    async fn open_lane_instance(&self, done_through: &Arc<StdMutex<Option<Position>>>, processor: &Processor) -> Result<ShardInstance, Interrupt> {
+    /// `notes`, reading the state of its calls' keys through them and `states`.
+    async fn open_lane_instance(&self, notes: &Notes, states: &Arc<LaneStates>, processor: &Processor) -> Result<ShardInstance, Interrupt> {
         let lease = self.held.snapshot().await;
-        let sink = LaneSink { held: self.held.clone(), done_through: done_through.clone() };
-        self.open(processor, &lease.checkpoint, lease.checkpoint.position().cloned(), Box::new(sink)).await
+        let sink = LaneSink { held: self.held.clone(), done_through: notes.done_through.clone(), noted: notes.changes.clone() };
+        let state = KeyedState::of_call_keys(Arc::new(LaneSource { noted: notes.changes.clone(), shard: states.clone() }));
+        self.open(processor, &lease.checkpoint, lease.checkpoint.position().cloned(), Box::new(sink), state).await
     }
 
     /// Every lane from its old version to `to`, between calls:
@@ -223,23 +242,27 @@ impl<S: LeaseStore> ShardLoop<S> {
                 tracing::warn!(shard = %self.held.key(), processor = lane.instance.processor(), "shutdown(requested) before the swap failed: {e}");
             }
             lane.instance.retire();
-            lane.instance = self.open_lane_instance(&lane.done_through, to).await?;
+            lane.instance = self.open_lane_instance(&lane.notes, &lane.states, to).await?;
         }
         self.metrics.swapped();
         tracing::info!(shard = %self.held.key(), processor = to.describe(), "swapped the processor on all {} instances", self.parallelism);
         Ok(())
     }
 
-    /// Writes the shard's checkpoint where every record below is done, if
-    /// it moved. A table that does not answer is tried again later.
-    async fn write_progress(&self, progress: &Progress, written: &mut Written) -> Result<(), Interrupt> {
-        written.at = Instant::now();
-        let Some(position) = progress.done_through().filter(|p| Some(*p) != written.position.as_ref()) else { return Ok(()) };
-        let result = self.held.checkpoint(Checkpoint::At(position.clone()), &BTreeSet::new()).await;
-        self.metrics.checkpoint(result.is_ok());
-        match result {
+    /// Writes the shard's checkpoint where every record below is done (or
+    /// lower, so that it covers each finished call's state changes wholly
+    /// or not at all), with the changes it covers, if it moved. A table
+    /// that does not answer is tried again later.
+    async fn write_progress(&self, done: &mut Done) -> Result<(), Interrupt> {
+        done.at = Instant::now();
+        let below = done.states.checkpoint_below(done.progress.done_below());
+        let Some(position) = done.progress.position_below(below).filter(|_| below > done.written_below) else { return Ok(()) };
+        let changes = done.states.changes_below(below);
+        match self.committer().write(Checkpoint::At(position.clone()), &BTreeSet::new(), &changes).await {
             Ok(()) => {
-                written.position = Some(position.clone());
+                done.states.committed_below(below);
+                done.progress.checkpointed_below(below);
+                done.written_below = below;
                 Ok(())
             }
             Err(CheckpointFailure::LeaseLost) => Err(Interrupt::Done(Outcome::LeaseLost)),
@@ -251,11 +274,13 @@ impl<S: LeaseStore> ShardLoop<S> {
     }
 
     /// Every call has returned: what is done is checkpointed (unless the
-    /// lease is lost), and the instances hear why they stop.
-    async fn end_lanes(&self, lanes: Vec<Option<Lane>>, ending: Interrupt, progress: &Progress, written: &mut Written) -> Interrupt {
+    /// lease is lost), and the instances hear why they stop. State changes
+    /// left uncommitted are dropped with their records' checkpoint: the
+    /// records come again.
+    async fn end_lanes(&self, lanes: Vec<Option<Lane>>, ending: Interrupt, done: &mut Done) -> Interrupt {
         let ending = match ending {
             Interrupt::Done(Outcome::LeaseLost) => ending,
-            _ => self.write_progress(progress, written).await.err().unwrap_or(ending),
+            _ => self.write_progress(done).await.err().unwrap_or(ending),
         };
         let reason = match ending {
             Interrupt::Done(Outcome::LeaseLost) => ShutdownReason::LeaseLost,
@@ -270,13 +295,28 @@ impl<S: LeaseStore> ShardLoop<S> {
     }
 
     /// The shard is read to its end and every record is done:
-    /// `shutdown(shard-end)` on each instance, then `SHARD_END`.
-    async fn end_shard_lanes(&self, lanes: Vec<Option<Lane>>, children: BTreeSet<String>, progress: &Progress, written: &mut Written) -> Interrupt {
+    /// `shutdown(shard-end)` on each instance, then `SHARD_END` — only once
+    /// every record's state changes are committed.
+    async fn end_shard_lanes(&self, lanes: Vec<Option<Lane>>, children: BTreeSet<String>, done: &mut Done) -> Interrupt {
         // If an instance fails its shutdown, the next attempt starts here.
-        if let Err(lost) = self.write_progress(progress, written).await {
-            return self.end_lanes(lanes, lost, progress, written).await;
+        if let Err(lost) = self.write_progress(done).await {
+            return self.end_lanes(lanes, lost, done).await;
+        }
+        if done.written_below < done.progress.done_below() {
+            let why = "the checkpoint at the shard's last record (with its state changes) could not be written, so SHARD_END was not".to_owned();
+            return self.end_lanes(lanes, Interrupt::Failed(why), done).await;
         }
         let mut instances: Vec<ShardInstance> = lanes.into_iter().flatten().map(|lane| lane.instance).collect();
         self.end_shard(&mut instances, children).await
+    }
+}
+
+impl Lane {
+    /// The lane cannot go on: its instance is spent, and what its call
+    /// noted is dropped (the call's records come again).
+    fn spend(mut self, call: Call, interrupt: Interrupt) -> (Lane, Call, Result<StateChanges, Interrupt>) {
+        self.spent = true;
+        self.notes.changes.lock().expect("not poisoned").clear();
+        (self, call, Err(interrupt))
     }
 }

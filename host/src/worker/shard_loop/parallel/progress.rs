@@ -1,10 +1,12 @@
-//! The shard's checkpoint when several instances process it: the last
-//! position below which every record is done, whichever instance had it.
+//! How far a shard processed by several instances is done: the records
+//! below which every one is done, whichever instance had it.
 //!
 //! Each record read gets an ordinal (its place in the shard since the
 //! attempt began); instances report the ordinals they finished, in any
-//! order, and the checkpoint is the position of the end of the longest run
-//! of finished ordinals from the start.
+//! order. Every ordinal below [`Progress::done_below`] is done; the host
+//! checkpoints at most there (lower when a finished call's state changes
+//! reach past it: `super::state`), and the positions of the records are
+//! kept until a checkpoint passes them.
 
 use std::collections::VecDeque;
 
@@ -13,12 +15,12 @@ use crate::records::{Batch, Positions, Position};
 /// Which of the records read so far are done.
 #[derive(Default)]
 pub(super) struct Progress {
-    /// Batches read and not wholly done, oldest first.
+    /// Batches read that no checkpoint has passed yet, oldest first.
     pending: VecDeque<Read>,
     /// The ordinal the next record read gets.
     next: u64,
-    /// Every record up to and including this one is done.
-    done_through: Option<Position>,
+    /// Every record with an ordinal below this one is done.
+    done_below: u64,
 }
 
 /// One batch as read, and which of its records are done.
@@ -26,8 +28,12 @@ struct Read {
     first: u64,
     positions: Positions,
     done: Vec<bool>,
-    /// How many records from the start are done.
-    prefix: usize,
+}
+
+impl Read {
+    fn end(&self) -> u64 {
+        self.first + self.done.len() as u64
+    }
 }
 
 impl Progress {
@@ -36,40 +42,53 @@ impl Progress {
     pub(super) fn read(&mut self, batch: &Batch) -> u64 {
         let first = self.next;
         if !batch.is_empty() {
-            self.pending.push_back(Read { first, positions: batch.positions(), done: vec![false; batch.len()], prefix: 0 });
+            self.pending.push_back(Read { first, positions: batch.positions(), done: vec![false; batch.len()] });
             self.next += batch.len() as u64;
         }
         first
     }
 
+    /// The record of `ordinal`, if it is still kept: its batch, and its index there.
+    fn find(&self, ordinal: u64) -> Option<(usize, usize)> {
+        // Batches are in ordinal order: the last one starting at or before it holds it.
+        let at = self.pending.partition_point(|read| read.first <= ordinal).checked_sub(1)?;
+        let read = &self.pending[at];
+        (ordinal < read.end()).then(|| (at, (ordinal - read.first) as usize))
+    }
+
     /// Notes records done (processed, or given up on by the failure policy).
     pub(super) fn done(&mut self, ordinals: &[u64]) {
         for &ordinal in ordinals {
-            // Batches are in ordinal order: the last one starting at or before it holds it.
-            let at = self.pending.partition_point(|read| read.first <= ordinal);
-            if let Some(read) = at.checked_sub(1).and_then(|i| self.pending.get_mut(i))
-                && let Some(done) = read.done.get_mut((ordinal - read.first) as usize)
-            {
-                *done = true;
+            if let Some((at, index)) = self.find(ordinal) {
+                self.pending[at].done[index] = true;
             }
         }
-        while let Some(front) = self.pending.front_mut() {
-            while front.done.get(front.prefix) == Some(&true) {
-                front.prefix += 1;
-            }
-            if front.prefix > 0 {
-                self.done_through = front.positions.get(front.prefix - 1);
-            }
-            if front.prefix < front.done.len() {
-                break;
-            }
-            self.pending.pop_front();
+        while let Some((at, index)) = self.find(self.done_below)
+            && self.pending[at].done[index]
+        {
+            self.done_below += 1;
         }
     }
 
-    /// The position every record up to which is done, if any is.
-    pub(super) fn done_through(&self) -> Option<&Position> {
-        self.done_through.as_ref()
+    /// Every record with an ordinal below this is done.
+    pub(super) fn done_below(&self) -> u64 {
+        self.done_below
+    }
+
+    /// The position of the record just below ordinal `end`: the checkpoint
+    /// that covers every record below `end` (none for 0, or when a
+    /// checkpoint passed it already).
+    pub(super) fn position_below(&self, end: u64) -> Option<Position> {
+        let (at, index) = self.find(end.checked_sub(1)?)?;
+        self.pending[at].positions.get(index)
+    }
+
+    /// A checkpoint covers every record below `end`: their positions are
+    /// not needed again.
+    pub(super) fn checkpointed_below(&mut self, end: u64) {
+        while self.pending.front().is_some_and(|read| read.end() <= end) {
+            self.pending.pop_front();
+        }
     }
 }
 
@@ -86,8 +105,8 @@ mod tests {
             .collect()
     }
 
-    fn at(progress: &Progress) -> Option<&str> {
-        progress.done_through().map(Position::sequence_number)
+    fn at(progress: &Progress) -> Option<String> {
+        progress.position_below(progress.done_below()).map(|p| p.sequence_number().to_owned())
     }
 
     #[test]
@@ -98,11 +117,11 @@ mod tests {
         progress.done(&[1, 3, 4, 5]);
         assert_eq!(at(&progress), None, "record 0 is not done, so nothing is");
         progress.done(&[0]);
-        assert_eq!(at(&progress), Some("101"), "2 is not done");
+        assert_eq!(at(&progress).as_deref(), Some("101"), "2 is not done");
         progress.done(&[2]);
-        assert_eq!(at(&progress), Some("201"), "across the batch boundary, up to 6 which is not done");
+        assert_eq!(at(&progress).as_deref(), Some("201"), "across the batch boundary, up to 6 which is not done");
         progress.done(&[6]);
-        assert_eq!(at(&progress), Some("202"));
+        assert_eq!(at(&progress).as_deref(), Some("202"));
     }
 
     #[test]
@@ -112,6 +131,22 @@ mod tests {
         assert_eq!(progress.read(&Batch::default()), 2, "an empty read takes no ordinals");
         assert_eq!(progress.read(&batch(3, 1)), 2);
         progress.done(&[2, 0, 1, 99]);
-        assert_eq!(at(&progress), Some("3"), "an unknown ordinal is ignored");
+        assert_eq!(at(&progress).as_deref(), Some("3"), "an unknown ordinal is ignored");
+    }
+
+    #[test]
+    fn positions_are_kept_until_a_checkpoint_passes_them() {
+        let mut progress = Progress::default();
+        progress.read(&batch(100, 3));
+        progress.read(&batch(200, 2));
+        progress.done(&[0, 1, 2, 3, 4]);
+        assert_eq!(progress.done_below(), 5);
+        assert_eq!(progress.position_below(2).unwrap().sequence_number(), "101", "a lower checkpoint can still be named");
+        progress.checkpointed_below(2);
+        assert_eq!(progress.position_below(4).unwrap().sequence_number(), "200", "the first batch is kept: its last record is not passed");
+        progress.checkpointed_below(3);
+        assert_eq!(progress.position_below(3), None, "passed, so dropped");
+        assert_eq!(progress.position_below(5).unwrap().sequence_number(), "201");
+        assert_eq!(progress.position_below(0), None);
     }
 }
