@@ -15,11 +15,11 @@ use super::*;
 const WINDOW_MS: i64 = 3_000;
 
 /// `kcl-host run GUEST --window 3s` (the window-totals example in one of
-/// its languages) writing to `table`, on moto.
-fn worker(guest_name: &str, stream: &str, application: &str, id: &str, table: &str) -> KclHost {
+/// its languages) writing to `table`, on moto, with `extra` flags.
+fn worker(guest_name: &str, stream: &str, application: &str, id: &str, table: &str, extra: &[&str]) -> KclHost {
     let endpoint = java_kcl3::dynamodb_endpoint();
     let target = format!("totals=dynamodb:{table}");
-    let flags = ["--failover-time", "2s", "--window", "3s", "--output", &target];
+    let flags = [&["--failover-time", "2s", "--window", "3s", "--output", &target][..], extra].concat();
     start_with_env(guest_name, stream, application, id, &flags, &[("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)])
 }
 
@@ -104,31 +104,38 @@ async fn written(aws: &AwsClients, table: &str) -> BTreeMap<(String, i64), i64> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_user_and_window_total_is_exact_and_written_as_its_window_closes_while_workers_are_killed() {
-    totals_exact_while_workers_are_killed("window-totals").await;
+    totals_exact_while_workers_are_killed("window-totals", &[]).await;
+}
+
+/// With 8 instances per shard a window closes once all of them finished
+/// its records, with the keys every one of them changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_window_totals_are_exact_with_eight_instances_per_shard_while_workers_are_killed() {
+    totals_exact_while_workers_are_killed("window-totals", &["--parallelism", "8", "--max-records", "20"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_go_window_totals_are_exact_while_workers_are_killed() {
-    totals_exact_while_workers_are_killed("go-window-totals").await;
+    totals_exact_while_workers_are_killed("go-window-totals", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_window_totals_are_exact_while_workers_are_killed() {
-    totals_exact_while_workers_are_killed("py-window-totals").await;
+    totals_exact_while_workers_are_killed("py-window-totals", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_javascript_window_totals_are_exact_while_workers_are_killed() {
-    totals_exact_while_workers_are_killed("js-window-totals").await;
+    totals_exact_while_workers_are_killed("js-window-totals", &[]).await;
 }
 
-async fn totals_exact_while_workers_are_killed(guest_name: &str) {
+async fn totals_exact_while_workers_are_killed(guest_name: &str, flags: &[&str]) {
     let aws = java_kcl3::clients().await;
     let stream = TestStream::create(&aws.kinesis, &unique("windows"), 4).await;
     let (application, table) = (unique("windows-app"), unique("window-totals"));
     create_totals_table(&aws, &table).await;
-    let mut first = worker(guest_name, &stream.name, &application, "worker-1", &table);
-    let mut second = worker(guest_name, &stream.name, &application, "worker-2", &table);
+    let mut first = worker(guest_name, &stream.name, &application, "worker-1", &table, flags);
+    let mut second = worker(guest_name, &stream.name, &application, "worker-2", &table, flags);
     let purchases = Purchases::start(&stream, 20, 6);
     first.wait_for("a window closed", LIMIT, |log| closed(log) >= 2).await;
     second.wait_for("a window closed", LIMIT, |log| closed(log) >= 2).await;
@@ -136,10 +143,10 @@ async fn totals_exact_while_workers_are_killed(guest_name: &str) {
 
     // kill -9 one worker, then the other once a third has taken leases and closed windows.
     first.kill().await;
-    let mut third = worker(guest_name, &stream.name, &application, "worker-3", &table);
+    let mut third = worker(guest_name, &stream.name, &application, "worker-3", &table, flags);
     third.wait_for("windows closed after the kill", LIMIT, |log| closed(log) >= 2).await;
     second.kill().await;
-    let mut fourth = worker(guest_name, &stream.name, &application, "worker-4", &table);
+    let mut fourth = worker(guest_name, &stream.name, &application, "worker-4", &table, flags);
     fourth.wait_for("windows closed after the second kill", LIMIT, |log| closed(log) >= 2).await;
     purchases.stop().await;
 

@@ -219,7 +219,7 @@ pub struct RunArgs {
     /// Processor instances per shard, 1 to 64: records are routed by partition key (or explicit hash key), so each key's records are processed in order by one instance while other keys run beside it; the host then checkpoints where every record below is done, and --max-records is per call [default: 1].
     #[arg(long, env = "KCL_HOST_PARALLELISM")]
     pub parallelism: Option<usize>,
-    /// Tumbling windows of arrival time, e.g. 60s: the processor's window.close is called as each ends for its shard, and what it changes is committed like a checkpoint; needs --parallelism 1 [default: off].
+    /// Tumbling windows of arrival time, e.g. 60s: the processor's window.close is called as each ends for its shard, and what it changes is committed like a checkpoint; with --parallelism over 1, once every instance finished the window's records [default: off].
     #[arg(long, env = "KCL_HOST_WINDOW")]
     pub window: Option<String>,
     /// How shards are read: polling (GetRecords) or fanout (enhanced fan-out,

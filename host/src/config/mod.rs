@@ -198,13 +198,6 @@ impl WorkerConfig {
             });
         }
         let window = layer.window.as_deref().map(|w| duration("window", Some(w), Duration::ZERO)).transpose()?;
-        if let Some(window) = window.filter(|_| parallelism > 1) {
-            return Err(ConfigError::Invalid {
-                setting: "window",
-                value: format!("{window:?}"),
-                reason: "windows need one instance per shard: run with --parallelism 1".into(),
-            });
-        }
         let defaults = TakeSettings::default();
         let take = TakeSettings {
             failover_time: duration("failover_time", layer.failover_time.as_deref(), defaults.failover_time)?,

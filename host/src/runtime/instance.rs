@@ -85,15 +85,22 @@ impl ShardInstance {
     /// first). A failure drops both: the close is made again from the
     /// same state.
     pub async fn close_window(&mut self, window: WindowBounds, keys: &[String]) -> Result<(), CallError> {
-        self.begin_call()?;
-        self.store.data_mut().checkpoints.state.admit(keys);
-        let result = self.processor.close_window(&mut self.store, window, keys).await;
-        let result = self.finish_call(result);
-        self.flush_outputs(result).await?;
+        self.call_close_window(window, keys).await?;
         self.store.data_mut().checkpoints.commit_again().await.map_err(|e| {
             self.store.data_mut().checkpoints.state.discard();
             CallError::Uncommitted(e)
         })
+    }
+
+    /// Calls `window.close` with the window and the keys changed in it,
+    /// then writes what it sent; what it changed stays pending, for the
+    /// caller to commit (see [`Self::take_state_changes`]) or drop.
+    pub async fn call_close_window(&mut self, window: WindowBounds, keys: &[String]) -> Result<(), CallError> {
+        self.begin_call()?;
+        self.store.data_mut().checkpoints.state.admit(keys);
+        let result = self.processor.close_window(&mut self.store, window, keys).await;
+        let result = self.finish_call(result);
+        self.flush_outputs(result).await
     }
 
     /// Checkpoints the last record processed (the host's own checkpoint:

@@ -126,6 +126,14 @@ impl<S: LeaseStore> Committer<S> {
     }
 }
 
+/// A checkpoint write's failure as the guest hears it.
+pub(super) fn checkpoint_error(failure: CheckpointFailure) -> CheckpointError {
+    match failure {
+        CheckpointFailure::LeaseLost => CheckpointError::LeaseLost,
+        CheckpointFailure::Unavailable(message) => CheckpointError::Unavailable(message),
+    }
+}
+
 /// Writes a guest's checkpoints to the lease table (see [`Committer`]),
 /// noting each for the consumer's re-delivery on a swap.
 pub(super) struct LeaseSink<S> {
@@ -141,10 +149,7 @@ impl<S: LeaseStore> CheckpointSink for LeaseSink<S> {
             if written.is_ok() {
                 *self.checkpointed.lock().expect("not poisoned") = Some(position);
             }
-            written.map_err(|e| match e {
-                CheckpointFailure::LeaseLost => CheckpointError::LeaseLost,
-                CheckpointFailure::Unavailable(message) => CheckpointError::Unavailable(message),
-            })
+            written.map_err(checkpoint_error)
         })
     }
 }

@@ -38,8 +38,27 @@ impl Windows {
         self.index.clone()
     }
 
-    fn with_index<T>(&self, f: impl FnOnce(&mut WindowIndex) -> T) -> Option<T> {
+    pub(super) fn with_index<T>(&self, f: impl FnOnce(&mut WindowIndex) -> T) -> Option<T> {
         self.index.as_ref().map(|index| f(&mut index.lock().expect("not poisoned")))
+    }
+
+    /// The open window, when records of the window starting at `start_ms`
+    /// come and it is an earlier one: it closes before they are delivered.
+    pub(super) fn closing_before(&self, start_ms: Option<u64>) -> Option<WindowBounds> {
+        let start_ms = start_ms?;
+        self.with_index(|index| index.open_window()).flatten().filter(|open| open.start_ms < start_ms)
+    }
+
+    /// The open window if it is over: at the shard's end (`shard_ended`),
+    /// whatever its bounds; else when a read that found the shard's tip was
+    /// sent (`read_at_ms`) after its end — not now: a batch read ahead and
+    /// delivered late says nothing of the records that arrived since.
+    pub(super) fn over(&self, shard_ended: bool, read_at_ms: u64) -> Option<WindowBounds> {
+        match self.with_index(|index| index.open_window()).flatten()? {
+            open if shard_ended => Some(WindowBounds { shard_ended, ..open }),
+            open if read_at_ms >= open.end_ms + CLOCK_ALLOWANCE_MS => Some(open),
+            _ => None,
+        }
     }
 
     /// `batch` in pieces of one window each, in order, with the start of
@@ -87,57 +106,70 @@ impl<S: LeaseStore> ShardLoop<S> {
     /// Before delivering records of the window starting at `start_ms`:
     /// closes the open window when it is an earlier one, and opens this one.
     pub(super) async fn enter_window(&self, instance: &mut ShardInstance, start_ms: Option<u64>) -> Result<(), Interrupt> {
-        let Some(start_ms) = start_ms else { return Ok(()) };
-        let open = self.windows.with_index(|index| index.open_window()).flatten();
-        if let Some(open) = open.filter(|open| open.start_ms < start_ms) {
+        if let Some(open) = self.windows.closing_before(start_ms) {
             self.close_window(instance, open).await?;
         }
-        self.windows.with_index(|index| index.open_at(start_ms));
-        self.metrics.window_opened(start_ms);
+        self.open_window(start_ms);
         Ok(())
     }
 
+    /// Opens the window starting at `start_ms`, unless it is open already.
+    pub(super) fn open_window(&self, start_ms: Option<u64>) {
+        let Some(start_ms) = start_ms else { return };
+        self.windows.with_index(|index| index.open_at(start_ms));
+        self.metrics.window_opened(start_ms);
+    }
+
     /// At the shard's tip (or its end, `shard_ended`): closes the open
-    /// window if it is over (at the end: whatever its bounds). Over means
-    /// over when the read that found the tip was sent (`read_at_ms`), not
-    /// now: a batch read ahead and delivered late says nothing of the
-    /// records that arrived since.
+    /// window if it is over (see [`Windows::over`]).
     pub(super) async fn close_if_over(&self, instance: &mut ShardInstance, shard_ended: bool, read_at_ms: u64) -> Result<(), Interrupt> {
-        let open = self.windows.with_index(|index| index.open_window()).flatten();
-        match open {
-            Some(open) if shard_ended => self.close_window(instance, WindowBounds { shard_ended, ..open }).await,
-            Some(open) if read_at_ms >= open.end_ms + CLOCK_ALLOWANCE_MS => self.close_window(instance, open).await,
-            _ => Ok(()),
+        match self.windows.over(shard_ended, read_at_ms) {
+            Some(open) => self.close_window(instance, open).await,
+            None => Ok(()),
         }
     }
 
     /// Checkpoints every record delivered, then closes `window` and commits the close.
     async fn close_window(&self, instance: &mut ShardInstance, window: WindowBounds) -> Result<(), Interrupt> {
-        let bounds = format!("[{}, {})", window.start_ms, window.end_ms);
-        let lost = |e: &CheckpointError| matches!(e, CheckpointError::LeaseLost);
         if let Err(e) = instance.checkpoint().await {
-            if lost(&e) {
+            if matches!(e, CheckpointError::LeaseLost) {
                 return Err(self.finish_outcome(instance, Outcome::LeaseLost).await);
             }
-            return Err(Interrupt::Failed(format!("checkpointing the records of window {bounds} before closing it failed: {e:?}")));
+            return Err(Interrupt::Failed(format!("checkpointing the records of window {} before closing it failed: {e:?}", bounds(&window))));
         }
         let keys = self.windows.with_index(WindowIndex::begin_close).unwrap_or_default();
-        match instance.close_window(window, &keys).await {
+        let closed = instance.close_window(window, &keys).await;
+        match self.window_closed(instance.processor(), &window, keys.len(), closed) {
+            Err(Interrupt::Done(Outcome::LeaseLost)) => Err(self.finish_outcome(instance, Outcome::LeaseLost).await),
+            closed => closed,
+        }
+    }
+
+    /// How the close of `window` with `keys` keys went, `closed` (its call
+    /// and its commit): counted and logged, or the window left open for
+    /// the next attempt to close again.
+    pub(super) fn window_closed(&self, processor: &str, window: &WindowBounds, keys: usize, closed: Result<(), CallError>) -> Result<(), Interrupt> {
+        match closed {
             Ok(()) => {
                 self.metrics.window_closed();
-                tracing::info!(shard = %self.held.key(), processor = instance.processor(), "closed window {bounds} with {} keys", keys.len());
+                tracing::info!(shard = %self.held.key(), processor, "closed window {} with {keys} keys", bounds(window));
                 Ok(())
             }
             Err(e) => {
                 self.windows.with_index(WindowIndex::abort_close);
-                if matches!(&e, CallError::Uncommitted(e) if lost(e)) {
-                    return Err(self.finish_outcome(instance, Outcome::LeaseLost).await);
+                if matches!(&e, CallError::Uncommitted(CheckpointError::LeaseLost)) {
+                    return Err(Interrupt::Done(Outcome::LeaseLost));
                 }
                 self.metrics.guest_error(&e);
-                Err(Interrupt::Failed(format!("closing window {bounds} failed: {e}")))
+                Err(Interrupt::Failed(format!("closing window {} failed: {e}", bounds(window))))
             }
         }
     }
+}
+
+/// A window as `[start, end)` in milliseconds, for messages.
+pub(super) fn bounds(window: &WindowBounds) -> String {
+    format!("[{}, {})", window.start_ms, window.end_ms)
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@
 mod lanes;
 mod progress;
 mod state;
+mod window;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -72,6 +73,8 @@ struct Done {
     states: Arc<LaneStates>,
     /// The host's last checkpoint covers the records below this ordinal.
     written_below: u64,
+    /// That checkpoint (the lease's, until the host writes one).
+    written: Option<Position>,
     /// When it last tried to write one.
     at: Instant,
 }
@@ -84,6 +87,9 @@ impl<S: LeaseStore> ShardLoop<S> {
         let mut running = self.processor.clone().borrow_and_update().clone();
         let mut offered = self.processor.clone();
         offered.mark_unchanged();
+        if let Err(interrupt) = self.load_windows().await {
+            return interrupt;
+        }
         let states = Arc::new(LaneStates::new(self.state_source()));
         let mut idle = Vec::with_capacity(n);
         for index in 0..n {
@@ -96,11 +102,17 @@ impl<S: LeaseStore> ShardLoop<S> {
         let range = lease.hash_range();
         let mut fetcher = self.reader.open(&self.stream, lease.key.shard_id(), start, range);
         let mut lanes = Lanes::new(n, self.call_records);
-        let mut done = Done { progress: Progress::default(), states, written_below: 0, at: Instant::now() };
-        let mut calls = FuturesUnordered::new();
+        let mut done = Done { progress: Progress::default(), states, written_below: 0, written: lease.checkpoint.position().cloned(), at: Instant::now() };
+        let (mut calls, mut held) = (FuturesUnordered::new(), VecDeque::new());
         let (mut reading, mut children, mut ending, mut swap_to) = (true, None, None, None);
         loop {
             if ending.is_none() && swap_to.is_none() {
+                let drained = calls.is_empty() && lanes.queued() == 0;
+                let closer = idle.iter_mut().flatten().find(|lane| drained && !lane.spent);
+                if let Err(interrupt) = self.route_held(&mut held, &mut lanes, closer, &mut done).await {
+                    ending = Some(interrupt);
+                    continue;
+                }
                 for slot in &mut idle {
                     let Some(lane) = slot.take() else { continue };
                     match lanes.take(lane.index) {
@@ -131,12 +143,13 @@ impl<S: LeaseStore> ShardLoop<S> {
                     continue;
                 }
                 if lanes.queued() == 0
+                    && held.is_empty()
                     && let Some(children) = children.take()
                 {
                     return self.end_shard_lanes(idle, children, &mut done).await;
                 }
             }
-            let read_more = reading && ending.is_none() && lanes.queued() < n * self.call_records && lanes.queued_bytes() < QUEUED_BYTES;
+            let read_more = reading && ending.is_none() && held.is_empty() && lanes.queued() < n * self.call_records && lanes.queued_bytes() < QUEUED_BYTES;
             let unwritten = done.progress.done_below() > done.written_below;
             tokio::select! {
                 Some((lane, call, returned)) = calls.next() => {
@@ -152,14 +165,14 @@ impl<S: LeaseStore> ShardLoop<S> {
                     idle[index] = Some(lane);
                 }
                 fetched = fetcher.next(), if read_more => match fetched {
-                    Ok(Fetched { batch, shard_end, reads, .. }) => {
+                    Ok(Fetched { batch, shard_end, reads, read_at_ms }) => {
                         self.metrics.get_records(reads);
                         self.metrics.millis_behind_latest(batch.millis_behind_latest);
                         if !lease.checkpoint.has_started() && first_delivered.is_none() {
                             *first_delivered = batch.get(0).map(|first| first.sequence_number.to_owned());
                         }
                         let first = done.progress.read(&batch);
-                        lanes.route(&batch, first);
+                        self.hold(&mut held, batch, first, read_at_ms);
                         if shard_end.is_some() {
                             (reading, children) = (false, shard_end);
                         }
@@ -263,6 +276,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                 done.states.committed_below(below);
                 done.progress.checkpointed_below(below);
                 done.written_below = below;
+                done.written = Some(position);
                 Ok(())
             }
             Err(CheckpointFailure::LeaseLost) => Err(Interrupt::Done(Outcome::LeaseLost)),
@@ -294,13 +308,19 @@ impl<S: LeaseStore> ShardLoop<S> {
         ending
     }
 
-    /// The shard is read to its end and every record is done:
-    /// `shutdown(shard-end)` on each instance, then `SHARD_END` — only once
-    /// every record's state changes are committed.
-    async fn end_shard_lanes(&self, lanes: Vec<Option<Lane>>, children: BTreeSet<String>, done: &mut Done) -> Interrupt {
+    /// The shard is read to its end and every record is done: the open
+    /// window closed (`shard_ended`), `shutdown(shard-end)` on each
+    /// instance, then `SHARD_END` — only once every record's state changes
+    /// are committed.
+    async fn end_shard_lanes(&self, mut lanes: Vec<Option<Lane>>, children: BTreeSet<String>, done: &mut Done) -> Interrupt {
         // If an instance fails its shutdown, the next attempt starts here.
-        if let Err(lost) = self.write_progress(done).await {
-            return self.end_lanes(lanes, lost, done).await;
+        let closer = lanes.iter_mut().flatten().find(|lane| !lane.spent);
+        let closed = match (self.windows.over(true, 0), closer) {
+            (Some(window), Some(lane)) => self.close_lanes_window(lane, window, done).await,
+            _ => self.write_progress(done).await,
+        };
+        if let Err(interrupt) = closed {
+            return self.end_lanes(lanes, interrupt, done).await;
         }
         if done.written_below < done.progress.done_below() {
             let why = "the checkpoint at the shard's last record (with its state changes) could not be written, so SHARD_END was not".to_owned();

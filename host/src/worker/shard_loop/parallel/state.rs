@@ -93,6 +93,15 @@ impl LaneStates {
         });
     }
 
+    /// `changes` were committed outside any set (a window's close): they
+    /// are what is read from now on.
+    pub(super) fn committed(&self, changes: &StateChanges) {
+        let mut inner = self.inner();
+        for (key, value) in changes {
+            inner.committed.put(key.clone(), value.clone());
+        }
+    }
+
     /// The newest value of `key` this shard knows without a read: its
     /// latest uncommitted change, else its cached committed value.
     fn known(inner: &mut Inner, key: &str) -> Option<Option<Vec<u8>>> {
