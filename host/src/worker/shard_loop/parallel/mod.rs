@@ -113,7 +113,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                     ending = Some(interrupt);
                     continue;
                 }
-                for slot in &mut idle {
+                for slot in idle.iter_mut().filter(|_| !done.states.full()) {
                     let Some(lane) = slot.take() else { continue };
                     match lanes.take(lane.index) {
                         Some(call) => calls.push(self.lane_call(lane, call, running.clone())),

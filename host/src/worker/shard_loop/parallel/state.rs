@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex as StdMutex};
 
-use crate::runtime::{StateCache, StateChanges, StateFuture, StateSource};
+use crate::runtime::{StateCache, StateChanges, StateFuture, StateSource, MAX_CHANGED_BYTES};
 use crate::state::ShardStateSource;
 
 /// What one finished call changed, not committed yet.
@@ -22,6 +22,11 @@ struct ChangeSet {
     first: u64,
     last: u64,
     changes: StateChanges,
+}
+
+/// Bytes of keys and values in `changes`.
+fn size(changes: &StateChanges) -> usize {
+    changes.iter().map(|(key, value)| key.len() + value.as_ref().map_or(0, Vec::len)).sum()
 }
 
 /// A shard's state across its lanes: the change sets of finished calls,
@@ -35,6 +40,8 @@ pub(super) struct LaneStates {
 struct Inner {
     /// In the order their calls finished (a key's calls finish in its order).
     sets: VecDeque<ChangeSet>,
+    /// Bytes of keys and values in `sets`.
+    bytes: usize,
     committed: StateCache,
 }
 
@@ -52,7 +59,9 @@ impl LaneStates {
     /// made `changes`.
     pub(super) fn finished(&self, ordinals: &[u64], changes: StateChanges) {
         if let (Some(&first), Some(&last), false) = (ordinals.first(), ordinals.last(), changes.is_empty()) {
-            self.inner().sets.push_back(ChangeSet { first, last, changes });
+            let mut inner = self.inner();
+            inner.bytes += size(&changes);
+            inner.sets.push_back(ChangeSet { first, last, changes });
         }
     }
 
@@ -81,16 +90,24 @@ impl LaneStates {
     /// as committed ones from now on.
     pub(super) fn committed_below(&self, end: u64) {
         let mut inner = self.inner();
-        let Inner { sets, committed } = &mut *inner;
+        let Inner { sets, bytes, committed } = &mut *inner;
         sets.retain_mut(|set| {
             if set.last >= end {
                 return true;
             }
+            *bytes -= size(&set.changes);
             for (key, value) in std::mem::take(&mut set.changes) {
                 committed.put(key, value);
             }
             false
         });
+    }
+
+    /// Whether the uncommitted changes hold more than one instance may
+    /// keep between checkpoints: no call starts until a commit (the state
+    /// table does not answer) brings them under it.
+    pub(super) fn full(&self) -> bool {
+        self.inner().bytes > MAX_CHANGED_BYTES
     }
 
     /// `changes` were committed outside any set (a window's close): they
