@@ -5,7 +5,8 @@
 #   scripts/build-go.sh examples/go/counter examples/build/go-counter.wasm
 #
 # Steps: go build for wasip1 as a c-shared reactor -> embed the
-# kcl:processor world -> componentize with the WASI reactor adapter.
+# SDK's world (scripts/go-wit.sh: the contract plus wasi:http) ->
+# componentize with the WASI reactor adapter.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -eq 2 ] || { echo "usage: scripts/build-go.sh PACKAGE-DIR OUTPUT.wasm" >&2; exit 2; }
@@ -22,7 +23,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 (cd "$src" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -ldflags=-checklinkname=0 -o "$work/core.wasm" .)
-wasm-tools component embed "$root/wit" --world windowed-guest "$work/core.wasm" -o "$work/embedded.wasm"
+bash "$root/scripts/go-wit.sh" "$work/wit"
+wasm-tools component embed "$work/wit" --world kcl:go-guest/guest "$work/core.wasm" -o "$work/embedded.wasm"
 wasm-tools component new "$work/embedded.wasm" \
   --adapt "wasi_snapshot_preview1=$tools/bin/wasi_snapshot_preview1.reactor.wasm" -o "$out"
 echo "built $out ($(wc -c <"$out") bytes)"

@@ -41,7 +41,7 @@ cargo build --quiet --target wasm32-wasip2 --profile guest -p kcl-test-guest-leg
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy.wasm" examples/build/legacy-v0.1.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_2.wasm" examples/build/legacy-v0.2.wasm
 cp "$target/wasm32-wasip2/guest/kcl_test_guest_legacy_v0_3.wasm" examples/build/legacy-v0.3.wasm
-for g in counter json-aggregate totals window-totals table-totals; do
+for g in counter json-aggregate enrich totals window-totals table-totals; do
   bash scripts/build-go.sh "examples/go/$g" "examples/build/go-$g.wasm" >/dev/null
 done
 for g in counter json-aggregate enrich user-totals window-totals table-totals; do

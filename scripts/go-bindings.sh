@@ -8,5 +8,8 @@ out="$root/guest-sdk/go/internal/wit"
 find "$out" -name wit_bindings.go -delete
 find "$out" -name empty.s -delete
 rm -f "$out/exports/wit_exports/wit_exports.go"
-PATH="$root/tools/go/venv/bin:$PATH" "$root/tools/go/bin/wit-bindgen" go --world windowed-guest \
-  --pkg-name kclhost.dev/kcl/internal/wit --out-dir "$out" --quiet "$root/wit"
+wit=$(mktemp -d)
+trap 'rm -rf "$wit"' EXIT
+bash "$root/scripts/go-wit.sh" "$wit"
+PATH="$root/tools/go/venv/bin:$PATH" "$root/tools/go/bin/wit-bindgen" go --world kcl:go-guest/guest \
+  --pkg-name kclhost.dev/kcl/internal/wit --out-dir "$out" --quiet "$wit"

@@ -68,7 +68,7 @@ const JS: [(&str, &str); 3] = [
 
 /// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 65] = [
+const BUNDLE: [(&str, &str); 78] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -109,6 +109,19 @@ const BUNDLE: [(&str, &str); 65] = [
     ("guest-sdk/go/internal/wit/imports/kcl_processor_types/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_types/wit_bindings.go")),
     ("guest-sdk/go/internal/wit/imports/kcl_processor_types/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/kcl_processor_types/empty.s")),
     ("scripts/build-go.sh", include_str!("../../scripts/build-go.sh")),
+    ("scripts/go-wit.sh", include_str!("../../scripts/go-wit.sh")),
+    ("guest-sdk/go/wit/world.wit", include_str!("../../guest-sdk/go/wit/world.wit")),
+    ("guest-sdk/go/kclhttp/transport.go", include_str!("../../guest-sdk/go/kclhttp/transport.go")),
+    ("guest-sdk/go/internal/wit/imports/wasi_http_types/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_http_types/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/wasi_http_types/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_http_types/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/wasi_http_outgoing_handler/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_http_outgoing_handler/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/wasi_http_outgoing_handler/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_http_outgoing_handler/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/wasi_io_streams/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_streams/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/wasi_io_streams/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_streams/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/wasi_io_poll/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_poll/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/wasi_io_poll/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_poll/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/wasi_io_error/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_error/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/wasi_io_error/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_error/empty.s")),
     ("scripts/go-toolchain.sh", include_str!("../../scripts/go-toolchain.sh")),
     ("guest-sdk/python/kcl/__init__.py", include_str!("../../guest-sdk/python/kcl/__init__.py")),
     ("guest-sdk/python/README.md", include_str!("../../guest-sdk/python/README.md")),

@@ -339,7 +339,18 @@ fn a_javascript_exception_or_rejection_is_fatal_with_its_stack_and_console_reach
 /// wasi:http's code (the enrich example makes the batch retryable).
 #[test]
 fn a_python_request_nobody_allowed_is_refused_with_the_flag_that_allows_it() {
-    let (code, stdout, stderr) = replay("py-enrich", &["--var", "api_url=http://127.0.0.1:9"]);
+    refused_with_the_flag_that_allows_it("py-enrich");
+}
+
+/// The same for Go's net/http client over `kclhttp`: the request fails
+/// with a `*kclhttp.Error` carrying wasi:http's code.
+#[test]
+fn a_go_request_nobody_allowed_is_refused_with_the_flag_that_allows_it() {
+    refused_with_the_flag_that_allows_it("go-enrich");
+}
+
+fn refused_with_the_flag_that_allows_it(guest: &str) {
+    let (code, stdout, stderr) = replay(guest, &["--var", "api_url=http://127.0.0.1:9"]);
     assert_ne!(code, 0, "{stdout}\n{stderr}");
     assert!(stderr.contains("allow it with --allow-outbound http://127.0.0.1:9"), "{stderr}");
     let output = format!("{stdout}{stderr}");

@@ -244,7 +244,13 @@ async fn the_python_enrich_example_looks_users_up_with_kcl_http_and_forwards_to_
     enrich_and_forward("py-enrich").await;
 }
 
-/// The enrich example (Rust, JavaScript with `fetch` or Python with `kcl.http`) against a local API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_enrich_example_looks_users_up_with_net_http_and_forwards_to_kinesis() {
+    enrich_and_forward("go-enrich").await;
+}
+
+/// The enrich example (Rust, JavaScript with `fetch`, Python with
+/// `kcl.http` or Go with net/http over `kclhttp`) against a local API.
 async fn enrich_and_forward(example: &str) {
     let aws = clients().await;
     let (input, output, application) = (unique("enrich-in"), unique("enrich-out"), unique("enrich-app"));

@@ -3,6 +3,14 @@
 // This code was generated from the following packages:
 //     wasi:config@0.2.0-rc.1
 //     kcl:processor@0.4.0
+//     wasi:io@0.2.12
+//     wasi:clocks@0.2.12
+//     wasi:random@0.2.12
+//     wasi:filesystem@0.2.12
+//     wasi:sockets@0.2.12
+//     wasi:cli@0.2.12
+//     wasi:http@0.2.12
+//     kcl:go-guest
 
 package kcl_processor_output
 
