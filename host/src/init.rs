@@ -68,7 +68,7 @@ const JS: [(&str, &str); 3] = [
 
 /// The SDKs, the WIT and the build scripts (with what pins their tools), as a project's `kcl/` holds
 /// them: the checkout's layout, so the templates and scripts work alike.
-const BUNDLE: [(&str, &str); 78] = [
+const BUNDLE: [(&str, &str); 80] = [
     ("wit/processor.wit", include_str!("../../wit/processor.wit")),
     ("guest-sdk/rust/src/lib.rs", include_str!("../../guest-sdk/rust/src/lib.rs")),
     ("guest-sdk/rust/src/adapter.rs", include_str!("../../guest-sdk/rust/src/adapter.rs")),
@@ -122,6 +122,8 @@ const BUNDLE: [(&str, &str); 78] = [
     ("guest-sdk/go/internal/wit/imports/wasi_io_poll/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_poll/empty.s")),
     ("guest-sdk/go/internal/wit/imports/wasi_io_error/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_error/wit_bindings.go")),
     ("guest-sdk/go/internal/wit/imports/wasi_io_error/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_io_error/empty.s")),
+    ("guest-sdk/go/internal/wit/imports/wasi_clocks_monotonic_clock/wit_bindings.go", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_clocks_monotonic_clock/wit_bindings.go")),
+    ("guest-sdk/go/internal/wit/imports/wasi_clocks_monotonic_clock/empty.s", include_str!("../../guest-sdk/go/internal/wit/imports/wasi_clocks_monotonic_clock/empty.s")),
     ("scripts/go-toolchain.sh", include_str!("../../scripts/go-toolchain.sh")),
     ("guest-sdk/python/kcl/__init__.py", include_str!("../../guest-sdk/python/kcl/__init__.py")),
     ("guest-sdk/python/README.md", include_str!("../../guest-sdk/python/README.md")),
