@@ -70,6 +70,10 @@ pub struct KeyedState {
     /// instance of several on one shard (`--parallelism`), whose other
     /// keys may be in another instance's call at the same moment.
     call_keys_only: bool,
+    /// The batch's partition keys as a set, made on first use: with
+    /// `call_keys_only` every new key is looked up in it, where a scan of the
+    /// batch would cost a call of many keys quadratic time.
+    batch_key_set: std::sync::OnceLock<HashSet<String>>,
 }
 
 impl KeyedState {
@@ -92,7 +96,7 @@ impl KeyedState {
     }
 
     fn with_access(access: Result<(Arc<dyn StateSource>, Option<HashRange>), String>) -> Self {
-        Self { access, cache: Cache::default(), pending: StateChanges::new(), pending_bytes: 0, batch_keys: Default::default(), admitted: HashSet::new(), call_keys_only: false }
+        Self { access, cache: Cache::default(), pending: StateChanges::new(), pending_bytes: 0, batch_keys: Default::default(), admitted: HashSet::new(), call_keys_only: false, batch_key_set: Default::default() }
     }
 
     /// Notes the batch about to be delivered: its records' partition keys
@@ -102,6 +106,7 @@ impl KeyedState {
         if self.access.is_err() {
             return;
         }
+        self.batch_key_set = Default::default();
         let (keys, ends) = &mut self.batch_keys;
         keys.clone_from(&batch.partition_keys);
         ends.clone_from(&batch.partition_key_ends);
@@ -109,13 +114,17 @@ impl KeyedState {
 
     /// Whether `key` is the partition key of a record of the batch being delivered.
     fn in_batch(&self, key: &str) -> bool {
+        if self.call_keys_only {
+            return self.batch_key_set.get_or_init(|| self.batch_partition_keys().map(str::to_owned).collect()).contains(key);
+        }
+        self.batch_partition_keys().any(|k| k == key)
+    }
+
+    /// The partition keys of the batch being delivered, one per record.
+    fn batch_partition_keys(&self) -> impl Iterator<Item = &str> {
         let (keys, ends) = &self.batch_keys;
-        let mut start = 0;
-        ends.iter().any(|&end| {
-            let found = keys.get(start..end as usize) == Some(key);
-            start = end as usize;
-            found
-        })
+        let starts = std::iter::once(0).chain(ends.iter().map(|&end| end as usize));
+        starts.zip(ends.iter()).filter_map(|(start, &end)| keys.get(start..end as usize))
     }
 
     /// Takes `keys` without checking where they belong: a closing window's.

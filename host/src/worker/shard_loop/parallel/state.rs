@@ -29,6 +29,13 @@ fn size(changes: &StateChanges) -> usize {
     changes.iter().map(|(key, value)| key.len() + value.as_ref().map_or(0, Vec::len)).sum()
 }
 
+/// Notes `changes` as committed values in `cache`.
+fn put_all(cache: &mut StateCache, changes: StateChanges) {
+    for (key, value) in changes {
+        cache.put(key, value);
+    }
+}
+
 /// A shard's state across its lanes: the change sets of finished calls,
 /// read before the state table, and the committed values read since.
 pub(super) struct LaneStates {
@@ -92,14 +99,12 @@ impl LaneStates {
         let mut inner = self.inner();
         let Inner { sets, bytes, committed } = &mut *inner;
         sets.retain_mut(|set| {
-            if set.last >= end {
-                return true;
+            let below = set.last < end;
+            if below {
+                *bytes -= size(&set.changes);
+                put_all(committed, std::mem::take(&mut set.changes));
             }
-            *bytes -= size(&set.changes);
-            for (key, value) in std::mem::take(&mut set.changes) {
-                committed.put(key, value);
-            }
-            false
+            !below
         });
     }
 
@@ -112,11 +117,8 @@ impl LaneStates {
 
     /// `changes` were committed outside any set (a window's close): they
     /// are what is read from now on.
-    pub(super) fn committed(&self, changes: &StateChanges) {
-        let mut inner = self.inner();
-        for (key, value) in changes {
-            inner.committed.put(key.clone(), value.clone());
-        }
+    pub(super) fn committed(&self, changes: StateChanges) {
+        put_all(&mut self.inner().committed, changes);
     }
 
     /// The newest value of `key` this shard knows without a read: its

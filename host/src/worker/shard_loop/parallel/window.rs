@@ -85,7 +85,7 @@ impl<S: LeaseStore> ShardLoop<S> {
                 let mut changes = std::mem::take(&mut *lane.notes.changes.lock().expect("not poisoned"));
                 changes.extend(lane.instance.take_state_changes());
                 let committed = self.committer().write(Checkpoint::At(checkpoint), &BTreeSet::new(), &changes).await;
-                committed.map(|()| done.states.committed(&changes)).map_err(|e| CallError::Uncommitted(checkpoint_error(e)))
+                committed.map(|()| done.states.committed(changes)).map_err(|e| CallError::Uncommitted(checkpoint_error(e)))
             }
             Err(e) => Err(e),
         };
