@@ -12,6 +12,7 @@
 //! | `beatMillis` | N | the worker's clock at its last beat, for people (the rules use only `heartbeat`) |
 //! | `process` | S | the process that writes the row (host, pid and a nonce) |
 //! | `leasesFreed` | N | how many times this worker left leases for the others to take (created them, finished a parent, gave one back): a reader that sees it move makes a take pass ([`LeaseNews`]) |
+//! | `streams` | S | a multi-stream worker's streams, as its lease keys name them (a JSON list): a swap of streams ([`super::rules::plan_swap`]) gives a worker only a stream it reads |
 //! | others | | the worker's [`Report`]: what other rooms tell `status` (the processor it runs, its shards retrying, its parallel shards' calls; see [`super::board`]); the lease rules never read them |
 //!
 //! A worker that stops deletes its row; the row of one that died is deleted
@@ -61,6 +62,15 @@ impl LeaseNews {
     }
 }
 
+/// The heartbeat attribute that lists a multi-stream worker's streams.
+const STREAMS: &str = "streams";
+
+/// What a multi-stream worker's heartbeat says of the streams it reads:
+/// their parts of its lease keys ([`super::LeaseKey::stream_part`]).
+pub fn streams_report(streams: &[String]) -> Report {
+    vec![(STREAMS, Some(AttributeValue::S(serde_json::to_string(streams).expect("strings serialize"))))]
+}
+
 /// The name of `application`'s control table.
 pub fn control_table_name(application: &str) -> String {
     format!("{application}-KclHostControl")
@@ -93,6 +103,12 @@ impl Heartbeat {
     /// A row with only a counter, as the rules see it.
     pub fn bare(worker: impl Into<String>, heartbeat: u64) -> Self {
         Self { worker: worker.into(), heartbeat, beat_ms: None, process: None, leases_freed: 0, row: Item::new() }
+    }
+
+    /// The streams the worker reads, as its lease keys name them; `None`
+    /// when the row does not say (one stream, or an older kcl-host).
+    pub fn streams(&self) -> Option<std::collections::BTreeSet<String>> {
+        self.text(STREAMS).and_then(|json| serde_json::from_str(json).ok())
     }
 
     /// A string attribute of the row.
@@ -250,4 +266,18 @@ fn parse(item: &Item) -> Option<Heartbeat> {
         leases_freed: number(LEASES_FREED).unwrap_or(0),
         row: item.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_lists_the_streams_its_worker_wrote_and_says_nothing_without_them() {
+        let parts = ["000000000000:orders:1700000000".to_owned(), "000000000000:refunds:1700000001".to_owned()];
+        let mut beat = Heartbeat::bare("w1", 1);
+        assert_eq!(beat.streams(), None, "one stream, or an older kcl-host");
+        beat.row.extend(streams_report(&parts).into_iter().filter_map(|(name, value)| Some((name.to_owned(), value?))));
+        assert_eq!(beat.streams(), Some(parts.into_iter().collect()));
+    }
 }

@@ -68,6 +68,9 @@ impl FleetChange {
     }
 }
 
+/// A worker's `leasesFreed` count, with the process that wrote it.
+type Freed = (Option<String>, u64);
+
 /// Turns successive heartbeat reads into a [`Fleet`]: a worker is dead once
 /// its heartbeat has not moved for the failover time on this worker's clock.
 ///
@@ -86,7 +89,7 @@ pub struct FleetWatch {
     tracker: ExpiryTracker,
     beats: Vec<(String, u64)>,
     /// The other workers' `leasesFreed`, as last read.
-    freed: BTreeMap<String, u64>,
+    freed: BTreeMap<String, Freed>,
     fleet: Fleet,
 }
 
@@ -141,7 +144,10 @@ impl FleetWatch {
     /// Notes a fresh read, and what changed: a take pass is worth doing now
     /// when a worker joined, stopped or died, or left leases to take.
     pub fn observe(&mut self, heartbeats: &[Heartbeat], now: Instant) -> FleetChange {
-        let freed: BTreeMap<String, u64> = heartbeats.iter().filter(|h| h.worker != self.me).map(|h| (h.worker.clone(), h.leases_freed)).collect();
+        // A worker restarted between two reads (a new process) starts its
+        // count again: what it freed is news as well.
+        let freed: BTreeMap<String, Freed> =
+            heartbeats.iter().filter(|h| h.worker != self.me).map(|h| (h.worker.clone(), (h.process.clone(), h.leases_freed))).collect();
         let news = freed.iter().any(|(worker, n)| self.freed.get(worker).is_some_and(|before| before != n));
         self.freed = freed;
         let beats: Vec<(String, u64)> = heartbeats.iter().map(|h| (h.worker.clone(), h.heartbeat)).collect();
@@ -248,6 +254,9 @@ mod tests {
         assert_eq!(news, FleetChange::LeasesFreed);
         assert!(news.is_change() && !news.is_new_fleet());
         assert_eq!(watch.observe(&freed(1), start + Duration::from_secs(3)), FleetChange::Same);
+        // w2 restarts between two reads and frees a lease: its count is 1 again.
+        let restarted = vec![Heartbeat { process: Some("w2, second process".into()), ..freed(1)[0].clone() }];
+        assert_eq!(watch.observe(&restarted, start + Duration::from_secs(4)), FleetChange::LeasesFreed);
     }
 
     /// A fleet of `n` live workers `w000`.., as worker `me` sees it.

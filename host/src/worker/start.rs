@@ -21,7 +21,7 @@ use crate::failure::DeadLetters;
 use crate::fetch::FetchSettings;
 use crate::lease::coordinator::Coordinator;
 use crate::lease::dynamo::DynamoStore;
-use crate::lease::heartbeat::{HeartbeatTable, LeaseNews};
+use crate::lease::heartbeat::{streams_report, HeartbeatTable, LeaseNews};
 use crate::lease::watch::{self, FleetWatch};
 use crate::lease::LeaseStore;
 use crate::metrics::publish::Publisher;
@@ -75,6 +75,7 @@ impl Worker {
             retrying: retrying.clone(),
             in_flight: in_flight.clone(),
             news: news.clone(),
+            streams: if streams.is_multi() { streams_report(&streams.iter().map(|s| s.identifier.to_string()).collect::<Vec<_>>()) } else { Vec::new() },
         };
         heartbeat.once(true).await?;
         let mut fleet = FleetWatch::new(&me, failover).with_fleet_reads(config.fleet_heartbeat_reads);

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::in_flight::InFlightBoard;
 use super::WorkerError;
 use crate::aws::{AwsClients, AwsError, Service};
-use crate::lease::heartbeat::{ControlRead, HeartbeatTable, LeaseNews};
+use crate::lease::heartbeat::{ControlRead, HeartbeatTable, LeaseNews, Report};
 use crate::lease::watch;
 use crate::failure::retrying::RetryBoard;
 use crate::lease::coordinator::{HeldLease, LeaseCover, Renewer};
@@ -40,6 +40,9 @@ pub(super) struct Beat {
     pub(super) in_flight: Arc<InFlightBoard>,
     /// Leases it left for the others, written at once.
     pub(super) news: Arc<LeaseNews>,
+    /// The streams it reads, when there are several
+    /// ([`crate::lease::heartbeat::streams_report`]); empty for one.
+    pub(super) streams: Report,
 }
 
 impl Beat {
@@ -52,6 +55,7 @@ impl Beat {
         report.extend(self.retrying.report());
         report.extend(self.in_flight.report());
         report.push(self.news.report());
+        report.extend(self.streams.iter().cloned());
         let counter = self.control.beat(&self.me, &self.process, claim, &report).await?;
         if let Some(counter) = counter {
             self.cover.heartbeat_written(sent, counter);

@@ -17,6 +17,7 @@ use super::rules::{self, ExpiryTracker, Fleet, TakeSettings, View};
 use super::watch::{poll_interval, FleetChange, FleetWatch};
 use super::{Lease, LeaseError, LeaseKey, LeaseStore};
 
+mod swaps;
 mod take;
 pub use take::TakePass;
 
@@ -36,6 +37,8 @@ pub struct Coordinator<S> {
     held: HeldMap<S>,
     /// Held leases being given back to balance the fleet.
     releasing: HashSet<LeaseKey>,
+    /// Leases given back to spread the streams.
+    swaps: swaps::Swaps,
     fleet: Fleet,
     /// When the heartbeat read that showed `fleet` was sent.
     fleet_read_sent: Option<Instant>,
@@ -75,6 +78,7 @@ impl<S: LeaseStore> Coordinator<S> {
             tracker: ExpiryTracker::default(),
             held: HeldMap::default(),
             releasing: HashSet::new(),
+            swaps: swaps::Swaps::default(),
             fleet: Fleet::default(),
             fleet_read_sent: None,
             kcl3_workers: BTreeSet::new(),
@@ -114,6 +118,7 @@ impl<S: LeaseStore> Coordinator<S> {
     pub fn follow_fleet(&mut self, watch: &mut FleetWatch, heartbeats: &[Heartbeat], sent: Instant, now: Instant) -> FleetChange {
         let change = watch.observe(heartbeats, now);
         self.fleet_read_sent = Some(sent);
+        self.swaps.read_streams(heartbeats);
         if change.is_change() {
             self.set_fleet(watch.fleet().clone());
         }
@@ -151,11 +156,21 @@ impl<S: LeaseStore> Coordinator<S> {
         held
     }
 
-    /// Picks the held leases to give back, and marks them as on their way.
+    /// Picks the held leases to give back, and marks them as on their way:
+    /// the excess over the target, or else one to spread the streams.
     fn plan_release(&mut self, leases: &[Lease]) -> Vec<LeaseKey> {
         let held = self.held_keys();
-        let count = rules::plan_release(leases, &self.view(&held, Instant::now()), &self.settings);
-        let release = rules::pick_release(held.difference(&self.releasing).cloned().collect(), count);
+        let now = Instant::now();
+        let mut release = rules::plan_release(leases, &self.view(&held, now), &self.settings);
+        if release.is_empty() && self.swaps.may_try() {
+            let reads = |worker: &str, stream: &str| self.swaps.reads(worker, stream);
+            let swap = rules::plan_swap(leases, &self.view(&held, now), &self.settings, &reads);
+            if let Some(key) = swap {
+                tracing::info!(shard = %key, "giving a lease back to spread the streams over the workers");
+                self.swaps.give(key.clone(), now);
+                release.push(key);
+            }
+        }
         self.releasing.extend(release.iter().cloned());
         release
     }
@@ -265,6 +280,7 @@ impl<S: LeaseStore> Coordinator<S> {
     /// The fleet as the heartbeat rows show it now.
     pub fn set_fleet(&mut self, fleet: Fleet) {
         self.fleet = fleet;
+        self.swaps.fleet_changed();
     }
 
     /// This worker's heartbeat clock, for the task that writes the heartbeat.

@@ -55,7 +55,9 @@ impl<S: LeaseStore> Coordinator<S> {
             let (leases, now) = self.census().await?;
             let held = self.held_keys();
             let mut rng = self.rng.fork();
-            let plan = rules::plan_take(&leases, &View { cover, ..self.view(&held, now) }, &self.settings, &mut rng);
+            self.swaps.observe(&leases, &self.worker_id, self.settings.failover_time, now);
+            let mut plan = rules::plan_take(&leases, &View { cover, ..self.view(&held, now) }, &self.settings, &mut rng);
+            self.swaps.keep_for_takers(&mut plan);
             let short = plan.short;
             if self.apply(plan, &mut taken).await {
                 continue;

@@ -21,6 +21,9 @@
 //! - **Releasing**: a kcl-host worker above the target gives back what the
 //!   workers below it cannot get from free leases ([`plan_release`]); the
 //!   lease goes after a checkpoint, with no overlap and no failover wait.
+//! - **Swapping**: in a multi-stream table, two kcl-host workers at the
+//!   target, each holding two more than the other of one stream, trade one
+//!   lease ([`plan_swap`]), so every worker keeps a share of every stream.
 //! - **Stealing**: only from owners that are not kcl-host workers, by
 //!   heartbeat row or lease row (they do not release), only when nothing is free, only from a worker above the
 //!   target (or at it, when this worker is short by more than one), at most
@@ -36,7 +39,7 @@ use super::Lease;
 mod census;
 mod plan;
 pub use census::View;
-pub use plan::{above_target, pick_release, plan_release, plan_take, TakePlan};
+pub use plan::{above_target, plan_release, plan_swap, plan_take, TakePlan};
 
 /// Settings for taking leases, with the Java KCL's names and defaults.
 #[derive(Clone, Debug)]

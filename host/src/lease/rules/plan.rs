@@ -1,7 +1,7 @@
 //! The plans: what to take and steal ([`plan_take`]), and how much to give
 //! back ([`plan_release`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::census::{Census, View};
 use super::TakeSettings;
@@ -21,7 +21,7 @@ pub struct TakePlan {
 
 /// Decides which leases this worker should take in this pass.
 pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng: &mut fastrand::Rng) -> TakePlan {
-    let Census { leftover, mut expired, mut free, others, mine, target, kcl_host, .. } = Census::new(leases, view, settings);
+    let Census { leftover, mut expired, mut free, others, mine, target, kcl_host, releasing, .. } = Census::new(leases, view, settings);
     let cap = if view.cover { settings.max_leases } else { target };
     let mut need = cap.saturating_sub(mine);
 
@@ -35,6 +35,10 @@ pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng
     for lease in leftover {
         plan.take.push(lease.clone());
         need = need.saturating_sub(1);
+    }
+    if need == 0 && plan.take.is_empty() && mine == target && releasing == 0 && !view.cover {
+        // The other half of a swap of streams, above the target.
+        plan.take.extend(swap_in(&free, view, &others, &kcl_host, target).cloned());
     }
     expired.append(&mut free);
     for lease in spread_over_streams(expired, view.held) {
@@ -65,23 +69,85 @@ pub fn plan_take(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, rng
     plan
 }
 
-/// How many held leases this worker should give back: what it holds above
+/// The held leases this worker should give back: as many as it holds above
 /// the target, but only as many as the live workers below the target cannot
 /// fill from free, expired or already released leases (so nothing is given
-/// back that nobody would take).
-pub fn plan_release(leases: &[Lease], view: &View<'_>, settings: &TakeSettings) -> usize {
+/// back that nobody would take); which ones, [`pick_release`] says, for the
+/// streams those workers hold fewest of.
+pub fn plan_release(leases: &[Lease], view: &View<'_>, settings: &TakeSettings) -> Vec<LeaseKey> {
     let census = Census::new(leases, view, settings);
     let excess = census.mine.saturating_sub(census.target);
     if excess == 0 {
-        return 0;
+        return Vec::new();
     }
-    let shortfall: usize = census
-        .workers
-        .iter()
-        .map(|w| census.target.saturating_sub(census.others.get(w).map_or(0, Vec::len)))
-        .sum();
+    let holdings = |w: &str| census.others.get(w).map_or(&[][..], Vec::as_slice);
+    let short: Vec<&str> = census.workers.iter().copied().filter(|w| holdings(w).len() < census.target).collect();
+    let shortfall: usize = short.iter().map(|w| census.target - holdings(w).len()).sum();
     let available = census.free.len() + census.expired.len() + census.releasing;
-    excess.min(shortfall.saturating_sub(available))
+    let count = excess.min(shortfall.saturating_sub(available));
+    let short: Vec<StreamCounts<'_>> = short.into_iter().map(|w| count_by_stream(holdings(w).iter().map(|l| &l.key))).collect();
+    pick_release(view.held.difference(view.releasing).cloned().collect(), count, &short)
+}
+
+/// A held lease to give back so that the streams of a multi-stream table
+/// spread evenly over the workers, or `None`. Counts alone balance the
+/// fleet, and a worker taking free leases spreads them over its streams;
+/// but a restart can still leave one worker with two more of stream `s` and
+/// another with two more of `t` (each took what was free). The first gives
+/// one of `s` back while it is at the target, nothing is free, expired or
+/// on its way back, and a kcl-host worker holds two fewer of `s` and two
+/// more of another stream; that worker takes it above its target
+/// ([`plan_take`]) and gives one of its `t` back, which this one takes. Each
+/// swap narrows the gaps, so the moves end. A table of one stream never
+/// swaps. A worker gets only a stream it `reads` (worker, stream part).
+pub fn plan_swap(leases: &[Lease], view: &View<'_>, settings: &TakeSettings, reads: &dyn Fn(&str, &str) -> bool) -> Option<LeaseKey> {
+    let census = Census::new(leases, view, settings);
+    let steady = census.free.is_empty() && census.expired.is_empty() && census.leftover.is_empty() && census.releasing == 0;
+    if !steady || census.mine != census.target || view.cover {
+        return None;
+    }
+    let held: Vec<&LeaseKey> = view.held.iter().filter(|k| !view.releasing.contains(*k)).collect();
+    let mine = count_by_stream(held.iter().copied());
+    let give = census.others.iter().filter(|(owner, _)| census.kcl_host.contains(**owner)).find_map(|(owner, theirs)| {
+        let theirs = count_by_stream(theirs.iter().map(|l| &l.key));
+        let readable = mine.keys().filter(|s| reads(owner, s));
+        let (stream, lead) = readable.map(|s| (*s, gap(&mine, &theirs, s))).max_by_key(|(s, lead)| (*lead, std::cmp::Reverse(*s)))?;
+        let they_have_more = theirs.keys().any(|t| gap(&theirs, &mine, t) >= 2);
+        (lead >= 2 && they_have_more).then_some(stream)
+    })?;
+    held.into_iter().filter(|k| stream_of(k) == give).max().cloned()
+}
+
+/// The other half of a swap ([`plan_swap`]): at the target, a free lease
+/// that a kcl-host worker below the target gave back, of a stream it still
+/// holds more of than this worker, while this worker holds two more than it
+/// of another stream (given back by the next release, [`plan_release`]).
+fn swap_in<'a>(free: &[&'a Lease], view: &View<'_>, others: &BTreeMap<&str, Vec<&Lease>>, kcl_host: &BTreeSet<&str>, target: usize) -> Option<&'a Lease> {
+    let mine = count_by_stream(view.held.iter().filter(|k| !view.releasing.contains(*k)));
+    others.iter().filter(|(owner, theirs)| kcl_host.contains(**owner) && theirs.len() < target).find_map(|(_, theirs)| {
+        let theirs = count_by_stream(theirs.iter().map(|l| &l.key));
+        if !mine.keys().any(|t| gap(&mine, &theirs, t) >= 2) {
+            return None;
+        }
+        free.iter().copied().filter(|l| gap(&theirs, &mine, stream_of(&l.key)) >= 1).min_by_key(|l| &l.key)
+    })
+}
+
+/// How many leases of each stream a worker holds.
+type StreamCounts<'k> = BTreeMap<&'k str, usize>;
+
+fn count_by_stream<'k>(keys: impl IntoIterator<Item = &'k LeaseKey>) -> StreamCounts<'k> {
+    let mut counts = BTreeMap::new();
+    for key in keys {
+        *counts.entry(stream_of(key)).or_default() += 1;
+    }
+    counts
+}
+
+/// How many more leases of `stream` `a` holds than `b` (0 if fewer).
+fn gap(a: &StreamCounts<'_>, b: &StreamCounts<'_>, stream: &str) -> usize {
+    let of = |counts: &StreamCounts<'_>| counts.get(stream).copied().unwrap_or(0);
+    of(a).saturating_sub(of(b))
 }
 
 /// Whether this worker holds more than the target.
@@ -122,9 +188,12 @@ fn spread_over_streams<'a>(candidates: Vec<&'a Lease>, held: &HashSet<LeaseKey>)
 }
 
 /// Which `count` of `candidates` (held leases not being given back) to give
-/// back: each next one from the stream with the most candidates left, the
-/// highest key first, so a worker keeps a share of every stream.
-pub fn pick_release(candidates: Vec<LeaseKey>, count: usize) -> Vec<LeaseKey> {
+/// back, for workers below the target holding `short`: each next one from
+/// the stream where this worker's candidates left most exceed what the
+/// short worker holding fewest of it has (then the stream with the most
+/// candidates left), the highest key first. So a worker keeps a share of
+/// every stream, and gives each stream to whoever lacks it.
+pub(super) fn pick_release(candidates: Vec<LeaseKey>, count: usize, short: &[StreamCounts<'_>]) -> Vec<LeaseKey> {
     let mut by_stream: BTreeMap<String, Vec<LeaseKey>> = BTreeMap::new();
     for key in candidates {
         by_stream.entry(stream_of(&key).to_owned()).or_default().push(key);
@@ -132,9 +201,11 @@ pub fn pick_release(candidates: Vec<LeaseKey>, count: usize) -> Vec<LeaseKey> {
     for keys in by_stream.values_mut() {
         keys.sort();
     }
+    let fewest = |stream: &str| short.iter().map(|counts| counts.get(stream).copied().unwrap_or(0)).min().unwrap_or(0);
     let mut release = Vec::with_capacity(count);
     while release.len() < count {
-        let Some(keys) = by_stream.values_mut().filter(|keys| !keys.is_empty()).max_by_key(|keys| keys.len()) else { break };
+        let lead = |(stream, keys): &(&String, &mut Vec<LeaseKey>)| (keys.len().saturating_sub(fewest(stream)), keys.len());
+        let Some((_, keys)) = by_stream.iter_mut().filter(|(_, keys)| !keys.is_empty()).max_by_key(lead) else { break };
         release.extend(keys.pop());
     }
     release

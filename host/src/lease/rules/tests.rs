@@ -36,13 +36,22 @@ fn release(leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet) -> usi
 
 /// [`release`] in a fleet with Java KCL 3.x workers.
 fn release_beside(leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet, kcl3_workers: &BTreeSet<String>) -> usize {
+    judge(leases, me, releasing, fleet, kcl3_workers, plan_release).len()
+}
+
+/// What `rule` says for `me`, holding every lease the table says it owns
+/// (`releasing` of them on their way back).
+fn judge<T>(
+    leases: &[Lease], me: &str, releasing: &[&str], fleet: &Fleet, kcl3_workers: &BTreeSet<String>,
+    rule: impl FnOnce(&[Lease], &View<'_>, &TakeSettings) -> T,
+) -> T {
     let held: HashSet<LeaseKey> = leases.iter().filter(|l| l.is_owned_by(me)).map(|l| l.key.clone()).collect();
     let releasing = releasing.iter().map(|k| LeaseKey::from(*k)).collect();
     let mut tracker = ExpiryTracker::default();
     let now = Instant::now();
     tracker.observe_leases(leases, now);
     let view = View { me, held: &held, releasing: &releasing, fleet, kcl3_workers, tracker: &tracker, now, cover: false, fleet_read_sent: None, scope: None };
-    plan_release(leases, &view, &TakeSettings::default())
+    rule(leases, &view, &TakeSettings::default())
 }
 
 fn keys(leases: &[Lease]) -> BTreeSet<&str> {
@@ -286,53 +295,6 @@ fn a_java_kcl_take_of_a_kcl_host_row_leaves_a_java_owner() {
 }
 
 #[test]
-fn a_worker_takes_and_gives_back_its_share_of_each_stream() {
-    // Two streams of four shards; w2 holds two of `a`'s and is at its
-    // target of 4 of 8: w1's share is the other two of `a` and two of `b`.
-    let key = |stream: &str, i: usize| format!("1:{stream}:7:shardId-{i}");
-    let mut leases: Vec<Lease> = (0..4).flat_map(|i| [lease(&key("a", i), None), lease(&key("b", i), None)]).collect();
-    leases[0].owner = Some("w2".into());
-    leases[2].owner = Some("w2".into());
-    let held = [key("b", 0), key("b", 1)];
-    let held: Vec<&str> = held.iter().map(String::as_str).collect();
-    let taken = plan_in(&leases, "w1", &held, &fleet(&["w2"], &[])).take;
-    let of = |stream: &str| taken.iter().filter(|l| l.key.stream_part() == Some(&format!("1:{stream}:7"))).count();
-    assert_eq!((of("a"), of("b")), (2, 0), "holding two of b, w1 takes a's first: {:?}", keys(&taken));
-
-    // Holding three of `a` and one of `b`, giving back two leaves one of each... then two and one.
-    let mine = vec![LeaseKey::from(key("a", 0)), LeaseKey::from(key("a", 1)), LeaseKey::from(key("a", 2)), LeaseKey::from(key("b", 3))];
-    let given = pick_release(mine.clone(), 2);
-    assert_eq!(given, [LeaseKey::from(key("a", 2)), LeaseKey::from(key("a", 1))], "from the stream held most, highest key first");
-    let given = pick_release(mine, 3);
-    assert_eq!(given.iter().filter(|k| k.as_str().contains(":b:")).count(), 1, "{given:?}");
-    // One stream: the highest keys, as before streams.
-    assert_eq!(pick_release(vec!["s1".into(), "s3".into(), "s2".into()], 2), [LeaseKey::from("s3"), LeaseKey::from("s2")]);
-}
-
-#[test]
-fn a_live_workers_lease_of_a_stream_this_worker_does_not_read_counts_toward_the_shares_and_is_never_taken() {
-    // Mid-roll: w1 reads a, b and c; w2 (not yet restarted) reads a and b.
-    // w2 sees c's leases, held by w1, in its share: 6 leases, 3 each.
-    let key = |stream: &str, i: usize| format!("1:{stream}:7:shardId-{i}");
-    let mut leases = vec![lease(&key("a", 0), Some("w2")), lease(&key("b", 0), Some("w2")), lease(&key("a", 1), None)];
-    leases.extend([lease(&key("b", 1), Some("w1")), lease(&key("c", 0), Some("w1")), lease(&key("c", 1), Some("w1"))]);
-    leases.push(lease(&key("gone", 0), None));
-    let scope = |k: &LeaseKey| !k.as_str().contains(":c:") && !k.as_str().contains(":gone:");
-    let held: HashSet<LeaseKey> = [key("a", 0), key("b", 0)].into_iter().map(LeaseKey::from).collect();
-    let mut tracker = ExpiryTracker::default();
-    let now = Instant::now();
-    tracker.observe_leases(&leases, now);
-    let live = fleet(&["w1", "w2"], &[]);
-    let view = View {
-        me: "w2", held: &held, releasing: &HashSet::new(), fleet: &live, kcl3_workers: &NO_KCL3, tracker: &tracker, now,
-        cover: false, fleet_read_sent: None, scope: Some(&scope),
-    };
-    let plan = plan_take(&leases, &view, &TakeSettings::default(), &mut fastrand::Rng::with_seed(7));
-    assert_eq!(keys(&plan.take), BTreeSet::from([key("a", 1).as_str()]), "its third, not the removed stream's free lease");
-    assert!(plan.steal.is_empty());
-}
-
-#[test]
 fn a_java_kcl_3_worker_that_released_every_lease_counts_as_stopped_until_it_reports_again() {
     let mut leavers = Kcl3Leavers::default();
     let reports = |lut: u64| BTreeMap::from([("java-1".to_owned(), lut), ("java-2".to_owned(), 100)]);
@@ -350,3 +312,5 @@ fn a_java_kcl_3_worker_that_released_every_lease_counts_as_stopped_until_it_repo
     assert!(!leavers.has_left("java-1"), "it reported again: live, whatever it holds");
     assert!(!leavers.has_left("java-2"));
 }
+
+mod streams;
