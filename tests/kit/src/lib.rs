@@ -13,7 +13,6 @@ pub mod tables;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use aws_sdk_kinesis::client::Waiters;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use kcl_host::aws::{AwsClients, AwsSettings};
@@ -87,14 +86,20 @@ impl TestStream {
         stream
     }
 
-    /// Waits until the stream accepts changes again.
+    /// Waits until the stream accepts changes again: polls its status every
+    /// 50 ms (the SDK's `wait_until_stream_exists` sleeps 10 s before a
+    /// second look, and kinesis-local is ACTIVE within one).
     pub async fn wait_active(&self) {
-        self.kinesis
-            .wait_until_stream_exists()
-            .stream_name(&self.name)
-            .wait(Duration::from_secs(60))
-            .await
-            .expect("stream became ACTIVE");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let described = self.kinesis.describe_stream_summary().stream_name(&self.name).send().await;
+            let status = described.as_ref().ok().and_then(|d| d.stream_description_summary.as_ref()).map(|s| s.stream_status.clone());
+            if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "stream {} never became ACTIVE: {status:?} ({:?})", self.name, described.err());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub async fn shards(&self) -> Vec<Shard> {
