@@ -24,11 +24,8 @@ use tokio::sync::Notify;
 
 use crate::aws::AwsError;
 use crate::lease::board::ShardBoard;
-use crate::lease::table::KeyedTable;
+use crate::lease::table::{Item, KeyedTable};
 use crate::lease::LeaseError;
-
-/// A row of the progress table, as DynamoDB returns it.
-pub type Item = std::collections::HashMap<String, AttributeValue>;
 
 /// How often a worker writes its progress row (when it changed).
 pub const PERIOD: Duration = Duration::from_secs(5);
