@@ -219,7 +219,8 @@ impl Worker {
                     last_probe = Instant::now();
                     pass_now = upkeep::kcl3_joined(&self.store).await;
                 }
-                _ = sync.tick() => self.sync_shards().await,
+                // New leases: this worker takes its share at once, as the others do on the news.
+                _ = sync.tick() => pass_now = self.sync_shards().await,
                 Some((held, outcome)) = self.ended.recv() => match self.shard_ended(held, outcome).await {
                     Ok(next) => {
                         pass_now = next.is_some();
@@ -323,11 +324,19 @@ impl Worker {
         }
     }
 
-    async fn sync_shards(&mut self) {
+    /// Creates the leases of shards the table lacks; `true` when it did
+    /// (announced in this worker's heartbeat as leases to take).
+    async fn sync_shards(&mut self) -> bool {
         match sync_shards(&self.streams, &self.clients, &self.store, self.coordinator.leases()).await {
-            Ok(true) => self.news.freed(),
-            Ok(false) => {}
-            Err(e) => tracing::warn!("shard sync failed: {e}"),
+            Ok(true) => {
+                self.news.freed();
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::warn!("shard sync failed: {e}");
+                false
+            }
         }
     }
 
