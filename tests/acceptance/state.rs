@@ -215,6 +215,50 @@ async fn user_totals_stay_exact_with_eight_instances_per_shard_through_kills_han
     totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merge(&["--parallelism", "8", "--max-records", "20"]).await;
 }
 
+/// `--parallelism 8` through the fault proxy: the transactions that commit
+/// the state with a checkpoint are refused, cut (the connection reset),
+/// slow, and applied with their answer lost; the worker is killed (-9)
+/// while they fail and the next owner meets the rest. Every user's total is
+/// still the sum of that user's purchases: nothing lost, nothing counted
+/// twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn eight_instances_per_shard_keep_totals_exact_through_refused_lost_and_slow_commits_and_a_kill() {
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("state-par-faults"), 2).await;
+    let application = unique("state-par-faults-app");
+    let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
+    let env = [("AWS_ENDPOINT_URL_DYNAMODB", proxy.endpoint.as_str())];
+    let flags = [&FLAGS[..], &["--parallelism", "8", "--max-records", "20"]].concat();
+    let purchases = Purchases::start_after(&stream, 40, 16, 2000);
+    let mut first = start_with_env("user-totals", &stream.name, &application, "worker-1", &flags, &env);
+    first.wait_for("commits", LIMIT, |log| count_lines(log, "kcl_host::guest: committed ") >= 20).await;
+
+    let commit = |fault, times| Rule { operation: Some("TransactWriteItems"), table: Some(application.clone()), body_contains: None, fault, times: Some(times) };
+    proxy.set(vec![
+        commit(Fault::Fail(500, "InternalFailure"), 3),
+        commit(Fault::LoseAnswer, 2),
+        commit(Fault::Reset, 1),
+        commit(Fault::Delay(Duration::from_millis(1500)), 2),
+    ]);
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while proxy.counts().faulted < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "no commit met a fault");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.kill().await;
+    let second = start_with_env("user-totals", &stream.name, &application, "worker-2", &flags, &env);
+    while proxy.counts().faulted < 8 {
+        assert!(tokio::time::Instant::now() < deadline, "the next owner's commits never met the other faults: {} of 8", proxy.counts().faulted);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let expected = purchases.stop().await.sums;
+    let items = totals_become(&aws, &application, &stream.name, &expected).await;
+    owned_by_their_shards(&stream, &items).await;
+    let (exit, log) = second.interrupt().await;
+    assert!(exit.success(), "{}", log.join("\n"));
+}
+
 /// Workers with `flags` sum purchases while two are killed, one is stopped,
 /// one swaps its processor and the stream is split and merged: every
 /// user's total in the state table ends up the sum of what was produced.
