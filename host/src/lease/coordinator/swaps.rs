@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::lease::heartbeat::Heartbeat;
 use crate::lease::rules::TakePlan;
 use crate::lease::{Lease, LeaseKey};
-
-use crate::lease::heartbeat::Heartbeat;
 
 /// This worker's swaps under way, and what it knows of the others' streams.
 #[derive(Debug, Default)]

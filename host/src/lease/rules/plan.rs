@@ -1,7 +1,7 @@
 //! The plans: what to take and steal ([`plan_take`]), and how much to give
 //! back ([`plan_release`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::census::{Census, View};
 use super::TakeSettings;
@@ -166,11 +166,8 @@ fn stream_of(key: &LeaseKey) -> &str {
 /// `candidates` in the order to take them so that a worker's leases spread
 /// over the streams of a multi-stream table: each next one from the stream
 /// it holds (or has chosen) fewest of, the given order kept within a stream.
-fn spread_over_streams<'a>(candidates: Vec<&'a Lease>, held: &HashSet<LeaseKey>) -> Vec<&'a Lease> {
-    let mut count: HashMap<String, usize> = HashMap::new();
-    for key in held {
-        *count.entry(stream_of(key).to_owned()).or_default() += 1;
-    }
+fn spread_over_streams<'a>(candidates: Vec<&'a Lease>, held: &'a HashSet<LeaseKey>) -> Vec<&'a Lease> {
+    let mut count = count_by_stream(held);
     let mut by_stream: BTreeMap<&str, std::collections::VecDeque<&'a Lease>> = BTreeMap::new();
     for lease in &candidates {
         by_stream.entry(stream_of(&lease.key)).or_default().push_back(lease);
@@ -182,7 +179,7 @@ fn spread_over_streams<'a>(candidates: Vec<&'a Lease>, held: &HashSet<LeaseKey>)
         if queue.is_empty() {
             by_stream.remove(stream);
         }
-        *count.entry(stream.to_owned()).or_default() += 1;
+        *count.entry(stream).or_default() += 1;
     }
     ordered
 }
