@@ -215,6 +215,15 @@ async fn user_totals_stay_exact_with_eight_instances_per_shard_through_kills_han
     totals_stay_exact_through_kills_handoffs_a_swap_a_split_and_a_merge(&["--parallelism", "8", "--max-records", "20"]).await;
 }
 
+/// Clients, a new stream of `shards` shards and an application named
+/// after `name`, and moto behind a fault proxy for the workers.
+async fn behind_a_fault_proxy(name: &str, shards: i32) -> (AwsClients, TestStream, String, FaultProxy) {
+    let aws = java_kcl3::clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique(name), shards).await;
+    let application = unique(&format!("{name}-app"));
+    (aws, stream, application, FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await)
+}
+
 /// `--parallelism 8` through the fault proxy: the transactions that commit
 /// the state with a checkpoint are refused, cut (the connection reset),
 /// slow, and applied with their answer lost; the worker is killed (-9)
@@ -223,10 +232,7 @@ async fn user_totals_stay_exact_with_eight_instances_per_shard_through_kills_han
 /// twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn eight_instances_per_shard_keep_totals_exact_through_refused_lost_and_slow_commits_and_a_kill() {
-    let aws = java_kcl3::clients().await;
-    let stream = TestStream::create(&aws.kinesis, &unique("state-par-faults"), 2).await;
-    let application = unique("state-par-faults-app");
-    let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
+    let (aws, stream, application, proxy) = behind_a_fault_proxy("state-par-faults", 2).await;
     let env = [("AWS_ENDPOINT_URL_DYNAMODB", proxy.endpoint.as_str())];
     let flags = [&FLAGS[..], &["--parallelism", "8", "--max-records", "20"]].concat();
     let purchases = Purchases::start_after(&stream, 40, 16, 2000);
@@ -333,10 +339,7 @@ async fn pending_logs(aws: &AwsClients, application: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_commit_of_more_keys_than_one_transaction_holds_killed_before_it_was_applied_stays_exact() {
-    let aws = java_kcl3::clients().await;
-    let stream = TestStream::create(&aws.kinesis, &unique("state-log"), 1).await;
-    let application = unique("state-log-app");
-    let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
+    let (aws, stream, application, proxy) = behind_a_fault_proxy("state-log", 1).await;
     let mut first = start_with_env("user-totals", &stream.name, &application, "worker-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &proxy.endpoint)]);
     first.wait_for("the lease", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
     // The first worker writes its log and commits, and cannot apply it.
@@ -388,10 +391,7 @@ async fn log_items(aws: &AwsClients, application: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_state_log_written_and_never_committed_is_deleted_by_the_next_owner() {
-    let aws = java_kcl3::clients().await;
-    let stream = TestStream::create(&aws.kinesis, &unique("state-orphan"), 1).await;
-    let application = unique("state-orphan-app");
-    let proxy = FaultProxy::start(&java_kcl3::dynamodb_endpoint()).await;
+    let (aws, stream, application, proxy) = behind_a_fault_proxy("state-orphan", 1).await;
     let mut first = start_with_env("user-totals", &stream.name, &application, "worker-1", &FLAGS, &[("AWS_ENDPOINT_URL_DYNAMODB", &proxy.endpoint)]);
     first.wait_for("the lease", LIMIT, |log| count_lines(log, "kcl_host::guest: initialize ") >= 1).await;
     // The log is written; the lease row's update that would commit it never lands.
