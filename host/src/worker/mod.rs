@@ -24,8 +24,8 @@
 //!   finishes a shard or gives one back), sooner when a lease of an owner
 //!   without heartbeat can expire, when this worker is short of its share,
 //!   or while its heartbeat is overdue;
-//! - a shard sync every sync interval, on the last pass's read of the table,
-//!   and at once when a shard ends, so children start right after their parents.
+//! - a shard sync every sync interval, on the last pass's read of the table (a take pass
+//!   follows one that created leases), and at once when a shard ends, so children start right after their parents.
 
 pub mod command;
 pub mod in_flight;
