@@ -13,6 +13,7 @@ use kcl_host::lease::{Checkpoint, Lease};
 use kcl_testkit::process::{Delivered, KclHost};
 use kcl_testkit::{clients, leases, test_cache_dir, unique, write_leases, TestStream};
 
+mod artifacts;
 mod failures;
 mod dashboard;
 mod dynamodb_streams;

@@ -40,6 +40,7 @@ use wasmtime_wasi_config::WasiConfigVariables;
 
 pub use bindings::v0_4::kcl::processor::log::Level as LogLevel;
 pub use bindings::v0_4::kcl::processor::types::{CheckpointError, ProcessorError, ShardInfo, ShutdownReason};
+pub use cache::Precompiled;
 pub use checkpoint::{CheckpointFuture, CheckpointSink};
 pub use error::CallError;
 pub use guest_log::GUEST_TARGET;
@@ -142,6 +143,17 @@ impl Runtime {
     /// The settings this runtime was built with.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
+    }
+
+    /// Names the engine's compiled code: components compiled by runtimes
+    /// of one id load in each other.
+    pub fn engine_id(&self) -> String {
+        cache::engine_id(self.engine())
+    }
+
+    /// Whether the cache directory holds this engine's compiled `component`.
+    pub fn has_compiled(&self, component: &[u8]) -> bool {
+        self.config().cache_dir.as_deref().is_some_and(|dir| cache::is_cached(self.engine(), component, dir))
     }
 
     fn vars(&self) -> Arc<WasiConfigVariables> {

@@ -16,7 +16,8 @@ use super::metadata::ComponentMetadata;
 use super::output::{NoOutputs, OutputSink};
 use super::state::KeyedState;
 use super::store::{self, Limits, NoCheckpoints, SharedMemory};
-use super::{cache, CallError, Runtime, ShardInfo, ShardInstance, ShutdownReason};
+use super::cache::{self, Precompiled};
+use super::{CallError, Runtime, ShardInfo, ShardInstance, ShutdownReason};
 use crate::records::Position;
 
 /// Why a processor could not be loaded. Each message names the file, what is
@@ -86,6 +87,8 @@ pub struct Processor {
 
 struct Inner {
     runtime: Runtime,
+    /// The compiled code, for [`Processor::serialize`].
+    compiled: Component,
     pre: Pre,
     /// The first 12 hex digits of the component's SHA-256.
     hash: String,
@@ -107,13 +110,19 @@ impl Processor {
     /// Like [`Processor::load`], with the component's bytes already read;
     /// `path` is only used in messages.
     pub async fn from_bytes(runtime: &Runtime, path: &Path, bytes: &[u8]) -> Result<Self, LoadError> {
+        Self::from_precompiled(runtime, path, bytes, None).await
+    }
+
+    /// Like [`Processor::from_bytes`], loading `precompiled` (when the cache
+    /// has no artifact of its own) instead of compiling.
+    pub async fn from_precompiled(runtime: &Runtime, path: &Path, bytes: &[u8], precompiled: Option<Precompiled>) -> Result<Self, LoadError> {
         let path = path.to_path_buf();
         check_header(&path, bytes)?;
         let component = {
             let (engine, dir) = (runtime.engine().clone(), runtime.config().cache_dir.clone());
             let bytes = bytes.to_vec();
             // Compiling takes seconds for a large component: keep it off the async workers.
-            tokio::task::spawn_blocking(move || cache::compile(&engine, &bytes, dir.as_deref()))
+            tokio::task::spawn_blocking(move || cache::compile(&engine, &bytes, dir.as_deref(), precompiled))
                 .await
                 .expect("the compile task does not panic")
                 .map_err(|e| compile_error(&path, runtime, e))?
@@ -127,7 +136,7 @@ impl Processor {
         let hash: String = Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect();
         let stamped = ComponentMetadata::read(bytes).label();
         let described = stamped.as_ref().map_or_else(|| hash.clone(), |stamped| format!("{hash} ({stamped})"));
-        let inner = Inner { runtime: runtime.clone(), pre, hash, component: stamped, described };
+        let inner = Inner { runtime: runtime.clone(), compiled: component.clone(), pre, hash, component: stamped, described };
         let processor = Self { inner: Arc::new(inner) };
 
         // Export signatures are only checked when an instance is made.
@@ -187,6 +196,12 @@ impl Processor {
         let mut instance = self.instantiate("(test instance)", Box::new(NoCheckpoints), None).await?;
         instance.initialize(&ShardInfo::new("test-instance", "test-instance")).await?;
         instance.shutdown(ShutdownReason::Requested).await
+    }
+
+    /// Its compiled code as an artifact another engine with the same
+    /// [`Runtime::engine_id`] loads without compiling.
+    pub fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        self.inner.compiled.serialize()
     }
 
     /// Names this component in logs and metrics: the start of its SHA-256.

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::Swapper;
 use crate::aws::AwsError;
+use crate::swap::artifact::{FleetArtifacts, KEY_VARIABLE};
 use crate::swap::store::ComponentStore;
 use super::deploy::{DeployRow, Deployed, Version};
 use crate::lease::heartbeat::{Heartbeat, HeartbeatTable};
@@ -131,11 +132,19 @@ pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, proc
     };
     let components = ComponentStore::new(dynamodb.clone(), application);
     let deployed = Deployed::in_read(&read);
+    let mut compiled = String::new();
     let (wanted, previous) = match checked {
-        Some((processor, bytes)) => {
+        Some((runtime, processor, bytes)) => {
             // Stored in DynamoDB, so a worker on any machine can load it.
             components.ensure().await.map_err(|e| e.to_string())?;
             components.put(processor.hash(), &bytes).await.map_err(|e| e.to_string())?;
+            compiled = match FleetArtifacts::from_env(dynamodb, application)? {
+                Some(fleet) => {
+                    let stored = fleet.store(&runtime, &processor, &bytes).await?;
+                    format!("; its compiled code ({} KiB, sealed with {KEY_VARIABLE}) too, for workers of engine {}", stored / 1024, runtime.engine_id())
+                }
+                None => format!("; each worker compiles it ({KEY_VARIABLE} is not set: no compiled code is shared)"),
+            };
             let wanted = stored(&components, &processor);
             let previous = match deployed.clone() {
                 Some(deployed) => Some(deployed.wanted),
@@ -164,7 +173,7 @@ pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, proc
         components.remove(hash).await.map_err(|e| e.to_string())?;
     }
     Ok(format!(
-        "deployed {} from {} to `{application}`; every worker swaps to it at its next heartbeat read{}",
+        "deployed {} from {}{compiled} to `{application}`; every worker swaps to it at its next heartbeat read{}",
         wanted.describe(),
         wanted.source,
         previous.map_or(" (no version to roll back to: the workers did not all run one from a file this machine has)".into(), |p| format!(
@@ -181,13 +190,14 @@ pub async fn command(aws: &crate::aws::AwsSettings, application: &str, processor
     Ok(())
 }
 
-/// Loads the component at `path` and runs a test `initialize`.
-async fn checked_component(path: &Path) -> Result<(Processor, Vec<u8>), String> {
+/// Loads the component at `path` (with the workers' engine settings, so its
+/// compiled code loads in theirs) and runs a test `initialize`.
+async fn checked_component(path: &Path) -> Result<(Runtime, Processor, Vec<u8>), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
     let runtime = Runtime::new(RuntimeConfig { max_instances: 2, ..RuntimeConfig::default() }).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let processor = Processor::from_bytes(&runtime, path, &bytes).await.map_err(|e| e.to_string())?;
     processor.check_initialize().await.map_err(|e| format!("not deploying: its initialize failed in a test instance: {e}"))?;
-    Ok((processor, bytes))
+    Ok((runtime, processor, bytes))
 }
 
 /// How the `deploy` row names `processor` once it is in the component table.
@@ -205,7 +215,7 @@ async fn running_version(components: &ComponentStore, heartbeats: &[Heartbeat]) 
     if components.hash_in(&running.source).is_some() {
         return Ok(Some(running.clone()));
     }
-    let Ok((processor, bytes)) = checked_component(Path::new(&running.source)).await else { return Ok(None) };
+    let Ok((_, processor, bytes)) = checked_component(Path::new(&running.source)).await else { return Ok(None) };
     if processor.hash() != running.hash {
         return Ok(None);
     }

@@ -5,6 +5,7 @@
 //! offered to the worker, which rolls it out ([`rollout`]); [`fleet`] is
 //! the `deploy` row's protocol.
 
+pub mod artifact;
 pub mod deploy;
 pub mod fleet;
 pub mod rollout;
@@ -45,6 +46,8 @@ pub struct Swapper {
     trial: std::sync::Mutex<Option<String>>,
     /// `--window`: a new version must close windows too.
     closes_windows: bool,
+    /// Where compiled versions come from when the cache has none ([`artifact`]).
+    fleet: Option<artifact::FleetArtifacts>,
 }
 
 impl Swapper {
@@ -53,12 +56,17 @@ impl Swapper {
         let source = canonical(source);
         let settled = std::sync::Mutex::new(version(&processor, &source));
         let known = std::sync::Mutex::new(vec![(processor.clone(), source)]);
-        Self { runtime, canary_input: None, canary_outputs: None, offers: watch::channel(processor).0, known, settled, trial: Default::default(), closes_windows: false }
+        Self { runtime, canary_input: None, canary_outputs: None, offers: watch::channel(processor).0, known, settled, trial: Default::default(), closes_windows: false, fleet: None }
     }
 
     /// With `windows` (`--window`), a new version that cannot close windows is refused.
     pub fn closing_windows(self, windows: bool) -> Self {
         Self { closes_windows: windows, ..self }
+    }
+
+    /// New versions are loaded from `fleet`'s compiled artifacts when it has them.
+    pub fn with_fleet_artifacts(self, fleet: Option<artifact::FleetArtifacts>) -> Self {
+        Self { fleet, ..self }
     }
 
     /// Every new version must first replay `records` (its whole lifecycle,
@@ -104,12 +112,12 @@ impl Swapper {
 
     /// Loads and checks the component at `path` without offering it.
     pub async fn load(&self, path: &Path) -> Result<Processor, String> {
-        Processor::load(&self.runtime, path).await.map_err(|e| e.to_string())
+        artifact::load(&self.runtime, self.fleet.as_ref(), path).await.map_err(|e| e.to_string())
     }
 
     /// Checks the component `bytes` (named `name` in messages) without offering it.
     pub async fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Processor, String> {
-        Processor::from_bytes(&self.runtime, Path::new(name), bytes).await.map_err(|e| e.to_string())
+        artifact::load_bytes(&self.runtime, self.fleet.as_ref(), Path::new(name), bytes).await.map_err(|e| e.to_string())
     }
 
     /// Loads `path` and offers it; `Err` says why it was refused (and nothing changed).

@@ -10,7 +10,8 @@ use tracing::Instrument;
 use crate::aws::{AwsClients, AwsError, Service};
 use crate::cli::RunArgs;
 use crate::replay;
-use crate::runtime::{Processor, Runtime};
+use crate::runtime::Runtime;
+use crate::swap::artifact::{self, FleetArtifacts};
 use crate::swap::Swapper;
 
 /// Runs `kcl-host run` to its end; the error says what stopped it.
@@ -18,11 +19,12 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     let config = args.worker_config()?;
     let shutdown = shutdown_signal();
     let runtime = Runtime::new(config.runtime.clone()).map_err(|e| format!("cannot start wasmtime: {e}"))?;
-    let processor = Processor::load(&runtime, &args.processor).await.map_err(|e| e.to_string())?;
+    let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
+    let fleet = FleetArtifacts::from_env(&clients.dynamodb, &config.application)?;
+    let processor = artifact::load(&runtime, fleet.as_ref(), &args.processor).await.map_err(|e| e.to_string())?;
     if config.window.is_some() {
         processor.check_closes_windows()?;
     }
-    let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
     let region = clients.kinesis.config().region().map(ToString::to_string).unwrap_or_default();
     let streams: Vec<String> = config
         .streams
@@ -45,7 +47,7 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     );
     let aws = config.aws.clone();
     let requests = clients.requests.clone();
-    let mut swapper = Swapper::new(runtime.clone(), processor, &args.processor).closing_windows(config.window.is_some());
+    let mut swapper = Swapper::new(runtime.clone(), processor, &args.processor).closing_windows(config.window.is_some()).with_fleet_artifacts(fleet);
     if let Some(path) = &config.swap_canary_input {
         let file = File::open(path).map_err(|e| format!("cannot open --swap-canary-input `{}`: {e}", path.display()))?;
         let records = replay::read_records(BufReader::new(file)).map_err(|e| format!("--swap-canary-input {}: {e}", path.display()))?;

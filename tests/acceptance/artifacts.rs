@@ -1,0 +1,88 @@
+//! The fleet's compiled artifacts: `kcl-host deploy` with
+//! `KCL_HOST_ARTIFACT_KEY` stores the deployed component's compiled code,
+//! sealed; a worker with an empty compile cache loads it instead of
+//! compiling only when its own key checks the seal, and never a tampered one.
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::*;
+
+const KEY: &str = "kcl-host-test-fleet-key-0123456789abcdef";
+
+/// `kcl-host run` of `processor` with an empty compile cache of its own and
+/// `key` as the fleet's key; returns the worker and its cache.
+fn with_empty_cache(processor: &str, stream: &str, application: &str, worker: &str, key: &str) -> (KclHost, tempfile::TempDir) {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().display().to_string();
+    let args = ["run", processor, "--stream", stream, "--application", application, "--worker-id", worker, "--idle-time-between-reads", "200ms", "--cache-dir", &dir];
+    (KclHost::spawn_with_env(env!("CARGO_BIN_EXE_kcl-host").as_ref(), &args, &[("KCL_HOST_ARTIFACT_KEY", key)]), cache)
+}
+
+/// Runs a worker of `processor` (with an empty cache and `key`) until it
+/// processed a new record on every shard; returns its log and cache.
+async fn serve_a_round(stream: &TestStream, application: &str, processor: &str, key: &str, round: &str) -> (Vec<String>, tempfile::TempDir) {
+    let shards: Vec<String> = stream.shards().await.into_iter().map(|s| s.id).collect();
+    let (mut host, cache) = with_empty_cache(processor, &stream.name, application, round, key);
+    let sent = one_each(stream, &shards, round).await;
+    host.wait_for("the round's records", LIMIT, |log| processed(log, &sent)).await;
+    let (status, log) = host.interrupt().await;
+    assert!(status.success(), "{}", log.join("\n"));
+    (log, cache)
+}
+
+/// The keys of the component table's rows.
+async fn component_rows(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<String> {
+    let scanned = dynamodb.scan().table_name(table).send().await.unwrap();
+    scanned.items().iter().filter_map(|row| row.get("key")?.as_s().ok().cloned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_cache_loads_the_deployed_compiled_code_only_under_the_fleets_key_and_never_tampered() {
+    let aws = clients().await;
+    let stream = TestStream::create(&aws.kinesis, &unique("artifacts"), 2).await;
+    let application = unique("artifacts-app");
+    let (tagged, counter) = (guest("tagged"), guest("counter"));
+    // The application's tables come from its first worker.
+    serve_a_round(&stream, &application, &counter, KEY, "first").await;
+    let (code, text) = run_to_exit(&["deploy", &tagged, "--application", &application], &[("KCL_HOST_ARTIFACT_KEY", KEY)]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("sealed with KCL_HOST_ARTIFACT_KEY"), "{text}");
+
+    // The key the deploy used: loaded, not compiled, and kept in the cache.
+    let (log, cache) = serve_a_round(&stream, &application, &tagged, KEY, "sealed").await;
+    let text = log.join("\n");
+    assert_eq!(count_lines(&log, "that `kcl-host deploy` stored"), 1, "{text}");
+    assert_eq!(count_lines(&log, "compiling the component"), 0, "{text}");
+    assert!(count_lines(&log, "record-v2") >= 2, "the deployed version processed the round: {text}");
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 1, "the artifact is cached for the next start");
+
+    // Another key: the seal does not check, so it compiles.
+    let (log, _) = serve_a_round(&stream, &application, &tagged, "another-fleet-key-0123456789abcdef0123", "unsealed").await;
+    assert_eq!(count_lines(&log, "is not sealed with this worker's KCL_HOST_ARTIFACT_KEY"), 1, "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "compiling the component"), 1, "{}", log.join("\n"));
+
+    // The right key, but a byte of the stored code changed: compiled again.
+    let table = format!("{application}-KclHostComponents");
+    let rows = component_rows(&aws.dynamodb, &table).await;
+    let chunk = rows.iter().find(|key| key.contains('@') && key.ends_with("/0")).unwrap_or_else(|| panic!("no artifact row in {rows:?}"));
+    let row = aws.dynamodb.get_item().table_name(&table).key("key", AttributeValue::S(chunk.clone())).send().await.unwrap();
+    let mut data = row.item().unwrap()["data"].as_b().unwrap().as_ref().to_vec();
+    let middle = data.len() / 2;
+    data[middle] ^= 1;
+    let put = aws.dynamodb.put_item().table_name(&table).item("key", AttributeValue::S(chunk.clone()));
+    put.item("data", AttributeValue::B(Blob::new(data))).send().await.unwrap();
+    let (log, _) = serve_a_round(&stream, &application, &tagged, KEY, "tampered").await;
+    assert_eq!(count_lines(&log, "is not sealed with this worker's KCL_HOST_ARTIFACT_KEY"), 1, "{}", log.join("\n"));
+    assert_eq!(count_lines(&log, "compiling the component"), 1, "{}", log.join("\n"));
+
+    // Two deploys later the version is dropped, and its compiled code with it.
+    let tagged_hash = chunk.split('@').next().unwrap().to_owned();
+    for file in [&counter, &guest("noop")] {
+        let (code, text) = run_to_exit(&["deploy", file, "--application", &application], &[("KCL_HOST_ARTIFACT_KEY", KEY)]).await;
+        assert_eq!(code, 0, "{text}");
+    }
+    let rows = component_rows(&aws.dynamodb, &table).await;
+    assert!(!rows.iter().any(|key| key.starts_with(&tagged_hash)), "{tagged_hash} left rows: {rows:?}");
+    assert!(rows.iter().filter(|key| key.contains('@') && !key.contains('/')).count() == 2, "the two versions kept have their artifacts: {rows:?}");
+}
