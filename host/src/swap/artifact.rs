@@ -30,7 +30,9 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 
 use super::store::ComponentStore;
+use crate::aws::AwsError;
 use crate::lease::table::Item;
+use crate::lease::LeaseError;
 use crate::runtime::{LoadError, Precompiled, Processor, Runtime};
 
 /// The environment variable holding the fleet's key.
@@ -121,7 +123,7 @@ impl FleetArtifacts {
         let hash = &sha256[..12];
         let (head, stored) = match self.components.get_artifact(hash, &engine).await {
             Ok(Some(found)) => found,
-            Ok(None) => {
+            Ok(None) | Err(LeaseError::Aws(AwsError::TableMissing(_))) => {
                 tracing::info!("no compiled artifact of {hash} for this engine ({engine}) in the component table: compiling it here");
                 return None;
             }
