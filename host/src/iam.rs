@@ -115,8 +115,9 @@ const LEASE_TABLE: &[&str] = &[
     "dynamodb:ConditionCheckItem",
 ];
 /// The control table: each worker's heartbeat row (updated) and progress
-/// row (put), the deploy row.
-const CONTROL_TABLE: &[&str] = &["dynamodb:DescribeTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"];
+/// row (put), the deploy row (read alone once at start).
+const CONTROL_TABLE: &[&str] =
+    &["dynamodb:DescribeTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"];
 /// The progress table, made on first use: each worker's progress row put
 /// and deleted; `status` and the dashboard scan it.
 const PROGRESS_TABLE: &[&str] = &["dynamodb:DescribeTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:PutItem", "dynamodb:DeleteItem"];

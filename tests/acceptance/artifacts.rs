@@ -1,7 +1,8 @@
 //! The fleet's compiled artifacts: `kcl-host deploy` with
 //! `KCL_HOST_ARTIFACT_KEY` stores the deployed component's compiled code,
 //! sealed; a worker with an empty compile cache loads it instead of
-//! compiling only when its own key checks the seal, and never a tampered one.
+//! compiling (even when its command line names an older file) only when its
+//! own key checks the seal, and never a tampered one.
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -56,6 +57,13 @@ async fn an_empty_cache_loads_the_deployed_compiled_code_only_under_the_fleets_k
     assert_eq!(count_lines(&log, "compiling the component"), 0, "{text}");
     assert!(count_lines(&log, "record-v2") >= 2, "the deployed version processed the round: {text}");
     assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 1, "the artifact is cached for the next start");
+
+    // An older file on the command line: neither it nor the deployed version is compiled.
+    let (log, _) = serve_a_round(&stream, &application, &counter, KEY, "older-file").await;
+    let text = log.join("\n");
+    assert_eq!(count_lines(&log, "as deployed with `kcl-host deploy`"), 1, "{text}");
+    assert_eq!(count_lines(&log, "compiling the component"), 0, "{text}");
+    assert_eq!(count_lines(&log, "kcl_host::guest: record "), 0, "the command line's version processed nothing: {text}");
 
     // Another key: the seal does not check, so it compiles.
     let (log, _) = serve_a_round(&stream, &application, &tagged, "another-fleet-key-0123456789abcdef0123", "unsealed").await;

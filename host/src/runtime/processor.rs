@@ -133,7 +133,7 @@ impl Processor {
         let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld { path: path.clone(), version, reason: format!("{e:#}") };
         let pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
         let pre = Pre::new(version, pre).map_err(wrong_world)?;
-        let hash: String = Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect();
+        let hash = Self::hash_of(bytes);
         let stamped = ComponentMetadata::read(bytes).label();
         let described = stamped.as_ref().map_or_else(|| hash.clone(), |stamped| format!("{hash} ({stamped})"));
         let inner = Inner { runtime: runtime.clone(), compiled: component.clone(), pre, hash, component: stamped, described };
@@ -202,6 +202,11 @@ impl Processor {
     /// [`Runtime::engine_id`] loads without compiling.
     pub fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
         self.inner.compiled.serialize()
+    }
+
+    /// What [`Processor::hash`] is for the component `bytes`.
+    pub fn hash_of(bytes: &[u8]) -> String {
+        Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect()
     }
 
     /// Names this component in logs and metrics: the start of its SHA-256.

@@ -158,21 +158,35 @@ impl FleetArtifacts {
     }
 }
 
-/// Loads the component at `path`: compiled from the cache, or from the
-/// fleet's artifact (with `fleet`), or compiled here.
-pub async fn load(runtime: &Runtime, fleet: Option<&FleetArtifacts>, path: &Path) -> Result<Processor, LoadError> {
-    let bytes = tokio::fs::read(path).await.map_err(|source| LoadError::Read { path: path.into(), source })?;
-    load_bytes(runtime, fleet, path, &bytes).await
+/// Loads components for one runtime: compiled from its cache, from the
+/// fleet's artifacts (with a key), or compiled here.
+#[derive(Clone)]
+pub struct Loader {
+    runtime: Runtime,
+    fleet: Option<FleetArtifacts>,
 }
 
-/// Like [`load`], with the component's bytes already read; `path` is only
-/// used in messages.
-pub async fn load_bytes(runtime: &Runtime, fleet: Option<&FleetArtifacts>, path: &Path, bytes: &[u8]) -> Result<Processor, LoadError> {
-    let precompiled = match fleet {
-        Some(fleet) if !runtime.has_compiled(bytes) => fleet.fetch(runtime, bytes).await,
-        _ => None,
-    };
-    Processor::from_precompiled(runtime, path, bytes, precompiled).await
+impl Loader {
+    /// Loads for `runtime`, with `fleet`'s artifacts when given.
+    pub fn new(runtime: Runtime, fleet: Option<FleetArtifacts>) -> Self {
+        Self { runtime, fleet }
+    }
+
+    /// Loads and checks the component at `path`.
+    pub async fn load(&self, path: &Path) -> Result<Processor, LoadError> {
+        let bytes = tokio::fs::read(path).await.map_err(|source| LoadError::Read { path: path.into(), source })?;
+        self.load_bytes(path, &bytes).await
+    }
+
+    /// Like [`Self::load`], with the component's bytes already read; `path`
+    /// is only used in messages.
+    pub async fn load_bytes(&self, path: &Path, bytes: &[u8]) -> Result<Processor, LoadError> {
+        let precompiled = match &self.fleet {
+            Some(fleet) if !self.runtime.has_compiled(bytes) => fleet.fetch(&self.runtime, bytes).await,
+            _ => None,
+        };
+        Processor::from_precompiled(&self.runtime, path, bytes, precompiled).await
+    }
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {

@@ -15,6 +15,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 
+use crate::aws::AwsError;
 use crate::lease::heartbeat::{control_table, ControlRead, Heartbeat, Report};
 use crate::lease::table::Item;
 use crate::lease::table::KeyedTable;
@@ -76,6 +77,11 @@ impl Deployed {
     /// The `deploy` row among a control table read's rows, if there is one.
     pub fn in_read(read: &ControlRead) -> Option<Deployed> {
         let row = read.others.iter().find(|item| matches!(item.get("key"), Some(AttributeValue::S(key)) if key == DEPLOY))?;
+        Self::from_row(row)
+    }
+
+    /// What the `deploy` row `row` names.
+    fn from_row(row: &Item) -> Option<Deployed> {
         let text = |name: &str| match row.get(name) {
             Some(AttributeValue::S(value)) => Some(value.clone()),
             _ => None,
@@ -95,6 +101,17 @@ impl DeployRow {
     /// The `deploy` row of `application`.
     pub fn new(client: Client, application: &str) -> Self {
         Self { table: control_table(client, application) }
+    }
+
+    /// The row as it is now; `None` when there is none (or no control
+    /// table: a new application).
+    pub async fn read(&self) -> Result<Option<Deployed>, LeaseError> {
+        let get = self.table.client.get_item().table_name(&self.table.name).key("key", AttributeValue::S(DEPLOY.into())).consistent_read(true);
+        match get.send().await.map_err(|e| self.table.error("GetItem (deploy)", e)) {
+            Ok(got) => Ok(got.item.as_ref().and_then(Deployed::from_row)),
+            Err(LeaseError::Aws(AwsError::TableMissing(_))) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Records `version` as the one every worker should run, the one wanted

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use super::Swapper;
 use crate::aws::AwsError;
-use crate::swap::artifact::{FleetArtifacts, KEY_VARIABLE};
+use crate::swap::artifact::{FleetArtifacts, Loader, KEY_VARIABLE};
 use crate::swap::store::ComponentStore;
 use super::deploy::{DeployRow, Deployed, Version};
 use crate::lease::heartbeat::{Heartbeat, HeartbeatTable};
 use crate::lease::LeaseError;
-use crate::runtime::{Processor, Runtime, RuntimeConfig};
+use crate::runtime::{LoadError, Processor, Runtime, RuntimeConfig};
 
 /// The `deploy` row versions a worker acted on (so a bad one is tried once).
 pub type Tried = Arc<Mutex<HashSet<String>>>;
@@ -61,7 +61,7 @@ pub async fn follow(deployed: &Deployed, swapper: &Swapper, components: &Compone
         return;
     }
     let trigger = format!("deploy {}", wanted.hash);
-    let Some(loaded) = load_deployed(wanted, swapper, components, tried).await else { return };
+    let Some(loaded) = load_deployed(wanted, swapper.loader(), swapper.known(&wanted.hash), components, tried).await else { return };
     let _ = swapper.offer(loaded, wanted.source.clone(), &trigger).await;
 }
 
@@ -70,16 +70,16 @@ pub async fn follow(deployed: &Deployed, swapper: &Swapper, components: &Compone
 pub async fn start_with_deployed(deployed: &Deployed, swapper: &Swapper, components: &ComponentStore, tried: &Tried) {
     let (wanted, given) = (&deployed.wanted, swapper.current());
     if given.hash == wanted.hash {
-        return tracing::info!("running {}: the command line's file is the deployed version", given.describe());
+        // Loaded as deployed already (`first_version` said so), or the same file.
+        if given.source != wanted.source {
+            tracing::info!("running {}: the command line's file is the deployed version", given.describe());
+        }
+        return;
     }
     tried.lock().expect("not poisoned").insert(wanted.hash.clone());
-    match load_deployed(wanted, swapper, components, tried).await {
+    match load_deployed(wanted, swapper.loader(), swapper.known(&wanted.hash), components, tried).await {
         Some(Ok(processor)) => {
-            tracing::info!(
-                "running {} as deployed with `kcl-host deploy` (the control table's deploy row), not {} from the command line",
-                processor.describe(),
-                given.describe()
-            );
+            say_deployed(&processor, &given.describe());
             swapper.adopt(processor, wanted.source.clone());
         }
         Some(Err(e)) => tracing::error!("cannot run the deployed {}: {e}; running {} from the command line", wanted.describe(), given.describe()),
@@ -87,14 +87,40 @@ pub async fn start_with_deployed(deployed: &Deployed, swapper: &Swapper, compone
     }
 }
 
-/// Loads `wanted`: one that ran here before is still compiled; a new one
-/// comes from the component table (or the path the row names). `None` when
-/// the table could not be read (tried again at the next poll).
-async fn load_deployed(wanted: &Version, swapper: &Swapper, components: &ComponentStore, tried: &Tried) -> Option<Result<Processor, String>> {
-    let loaded = match (swapper.known(&wanted.hash), components.hash_in(&wanted.source)) {
+/// `kcl-host run`'s first version, and where it came from: the one the
+/// `deploy` row names when it is not the file at `path` and it loads — so a
+/// worker started with an older file never compiles that file — else the
+/// file. Failures to reach the row or load its version leave it to
+/// [`start_with_deployed`], which tries again and says why.
+pub async fn first_version(loader: &Loader, dynamodb: &aws_sdk_dynamodb::Client, application: &str, path: &Path) -> Result<(Processor, String), String> {
+    let bytes = tokio::fs::read(path).await.map_err(|source| LoadError::Read { path: path.into(), source }.to_string())?;
+    let deployed = DeployRow::new(dynamodb.clone(), application).read().await.ok().flatten();
+    if let Some(wanted) = deployed.map(|d| d.wanted).filter(|wanted| wanted.hash != Processor::hash_of(&bytes)) {
+        let components = ComponentStore::new(dynamodb.clone(), application);
+        if let Some(Ok(processor)) = load_deployed(&wanted, loader, None, &components, &Tried::default()).await {
+            say_deployed(&processor, &path.display().to_string());
+            return Ok((processor, wanted.source));
+        }
+    }
+    let processor = loader.load_bytes(path, &bytes).await.map_err(|e| e.to_string())?;
+    Ok((processor, super::canonical(path)))
+}
+
+fn say_deployed(processor: &Processor, given: &str) {
+    tracing::info!(
+        "running {} as deployed with `kcl-host deploy` (the control table's deploy row), not {given} from the command line",
+        processor.describe()
+    );
+}
+
+/// Loads `wanted`: one that ran here before (`known`) is still compiled; a
+/// new one comes from the component table (or the path the row names).
+/// `None` when the table could not be read (tried again at the next poll).
+async fn load_deployed(wanted: &Version, loader: &Loader, known: Option<Processor>, components: &ComponentStore, tried: &Tried) -> Option<Result<Processor, String>> {
+    let loaded = match (known, components.hash_in(&wanted.source)) {
         (Some(known), _) => Ok(known),
         (None, Some(hash)) => match components.get(hash).await {
-            Ok(Some(bytes)) => swapper.load_bytes(&wanted.source, &bytes).await,
+            Ok(Some(bytes)) => loader.load_bytes(Path::new(&wanted.source), &bytes).await.map_err(|e| e.to_string()),
             Ok(None) => Err(format!("`{}` is not in the component table: deploy it again", wanted.source)),
             Err(e) => {
                 tried.lock().expect("not poisoned").remove(&wanted.hash);
@@ -102,7 +128,7 @@ async fn load_deployed(wanted: &Version, swapper: &Swapper, components: &Compone
                 return None;
             }
         },
-        (None, None) => swapper.load(std::path::Path::new(&wanted.source)).await,
+        (None, None) => loader.load(Path::new(&wanted.source)).await.map_err(|e| e.to_string()),
     };
     Some(loaded.and_then(|candidate| match candidate.hash() == wanted.hash {
         true => Ok(candidate),

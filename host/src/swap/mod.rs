@@ -22,14 +22,14 @@ use crate::records::Batch;
 use crate::replay;
 use crate::output::{OutputSpec, Outputs};
 use crate::runtime::ShardInfo;
-use crate::runtime::{Processor, Runtime};
+use crate::runtime::Processor;
 
 /// How many versions a worker keeps compiled for a `deploy` to return to.
 const KNOWN_VERSIONS: usize = 4;
 
 /// Checks new versions and offers them to the worker.
 pub struct Swapper {
-    runtime: Runtime,
+    loader: artifact::Loader,
     /// `--swap-canary-input`: records every new version must replay without error first.
     canary_input: Option<Batch>,
     /// The declared outputs, taking a canary input's sends without writing them.
@@ -46,27 +46,21 @@ pub struct Swapper {
     trial: std::sync::Mutex<Option<String>>,
     /// `--window`: a new version must close windows too.
     closes_windows: bool,
-    /// Where compiled versions come from when the cache has none ([`artifact`]).
-    fleet: Option<artifact::FleetArtifacts>,
 }
 
 impl Swapper {
-    /// `processor`, loaded from `source`, is the version running now.
-    pub fn new(runtime: Runtime, processor: Processor, source: &Path) -> Self {
-        let source = canonical(source);
+    /// `processor`, loaded from `source` (a path as [`canonical`] gives it,
+    /// or the `deploy` row's), is the version running now; new versions are
+    /// loaded by `loader`.
+    pub fn new(loader: artifact::Loader, processor: Processor, source: String) -> Self {
         let settled = std::sync::Mutex::new(version(&processor, &source));
         let known = std::sync::Mutex::new(vec![(processor.clone(), source)]);
-        Self { runtime, canary_input: None, canary_outputs: None, offers: watch::channel(processor).0, known, settled, trial: Default::default(), closes_windows: false, fleet: None }
+        Self { loader, canary_input: None, canary_outputs: None, offers: watch::channel(processor).0, known, settled, trial: Default::default(), closes_windows: false }
     }
 
     /// With `windows` (`--window`), a new version that cannot close windows is refused.
     pub fn closing_windows(self, windows: bool) -> Self {
         Self { closes_windows: windows, ..self }
-    }
-
-    /// New versions are loaded from `fleet`'s compiled artifacts when it has them.
-    pub fn with_fleet_artifacts(self, fleet: Option<artifact::FleetArtifacts>) -> Self {
-        Self { fleet, ..self }
     }
 
     /// Every new version must first replay `records` (its whole lifecycle,
@@ -110,14 +104,19 @@ impl Swapper {
         self.known.lock().expect("not poisoned").iter().find(|(p, _)| p.hash() == hash).map(|(p, _)| p.clone())
     }
 
+    /// What loads new versions.
+    pub fn loader(&self) -> &artifact::Loader {
+        &self.loader
+    }
+
     /// Loads and checks the component at `path` without offering it.
     pub async fn load(&self, path: &Path) -> Result<Processor, String> {
-        artifact::load(&self.runtime, self.fleet.as_ref(), path).await.map_err(|e| e.to_string())
+        self.loader.load(path).await.map_err(|e| e.to_string())
     }
 
     /// Checks the component `bytes` (named `name` in messages) without offering it.
     pub async fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Processor, String> {
-        artifact::load_bytes(&self.runtime, self.fleet.as_ref(), Path::new(name), bytes).await.map_err(|e| e.to_string())
+        self.loader.load_bytes(Path::new(name), bytes).await.map_err(|e| e.to_string())
     }
 
     /// Loads `path` and offers it; `Err` says why it was refused (and nothing changed).
@@ -237,6 +236,6 @@ fn version(processor: &Processor, source: &str) -> Version {
 
 /// `path` made absolute and free of symlinks, when it can be: what a
 /// heartbeat reports as the version's source.
-fn canonical(path: &Path) -> String {
+pub fn canonical(path: &Path) -> String {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string()
 }

@@ -11,7 +11,8 @@ use crate::aws::{AwsClients, AwsError, Service};
 use crate::cli::RunArgs;
 use crate::replay;
 use crate::runtime::Runtime;
-use crate::swap::artifact::{self, FleetArtifacts};
+use crate::swap::artifact::{FleetArtifacts, Loader};
+use crate::swap::fleet::first_version;
 use crate::swap::Swapper;
 
 /// Runs `kcl-host run` to its end; the error says what stopped it.
@@ -20,8 +21,8 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     let shutdown = shutdown_signal();
     let runtime = Runtime::new(config.runtime.clone()).map_err(|e| format!("cannot start wasmtime: {e}"))?;
     let clients = AwsClients::from_env(&config.aws).await.map_err(|e| e.to_string())?;
-    let fleet = FleetArtifacts::from_env(&clients.dynamodb, &config.application)?;
-    let processor = artifact::load(&runtime, fleet.as_ref(), &args.processor).await.map_err(|e| e.to_string())?;
+    let loader = Loader::new(runtime, FleetArtifacts::from_env(&clients.dynamodb, &config.application)?);
+    let (processor, source) = first_version(&loader, &clients.dynamodb, &config.application, &args.processor).await?;
     if config.window.is_some() {
         processor.check_closes_windows()?;
     }
@@ -40,14 +41,14 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         config.worker_id,
         if streams.len() == 1 { "stream" } else { "streams" },
         streams.join(", "),
-        args.processor.display(),
+        source,
         processor.describe(),
         config.application,
         config.take.failover_time,
     );
     let aws = config.aws.clone();
     let requests = clients.requests.clone();
-    let mut swapper = Swapper::new(runtime.clone(), processor, &args.processor).closing_windows(config.window.is_some()).with_fleet_artifacts(fleet);
+    let mut swapper = Swapper::new(loader, processor, source).closing_windows(config.window.is_some());
     if let Some(path) = &config.swap_canary_input {
         let file = File::open(path).map_err(|e| format!("cannot open --swap-canary-input `{}`: {e}", path.display()))?;
         let records = replay::read_records(BufReader::new(file)).map_err(|e| format!("--swap-canary-input {}: {e}", path.display()))?;
