@@ -3,7 +3,9 @@
 //! from spawning `kcl-host run` to its first record processed,
 //! - compiling the component itself (nothing deployed);
 //! - after `kcl-host deploy` of the same file with `KCL_HOST_ARTIFACT_KEY`
-//!   (the compiled code it stored loaded instead), the worker having the key.
+//!   (the compiled code it stored loaded instead), the worker having the key;
+//! - the same with an older file (the Rust `noop`) on the worker's command
+//!   line: the deployed version runs, and neither is compiled.
 //!
 //! Each start has its own empty `--cache-dir`; one shard, one new record.
 //! Run with `bash scripts/servers.sh start && source .servers/env && cargo
@@ -17,8 +19,8 @@ use kcl_testkit::{clients, unique, TestStream};
 const LIMIT: Duration = Duration::from_secs(120);
 const KEY: &str = "kcl-host-bench-fleet-key-0123456789abcdef";
 
-/// Seconds from spawning a worker of `guest` (empty cache; the fleet's key
-/// when `keyed`) to its first record, and whether it compiled.
+/// Seconds from spawning a worker with `guest` on its command line (empty
+/// cache; the fleet's key when `keyed`) to its first record, and whether it compiled.
 async fn first_record(stream: &TestStream, application: &str, guest: &str, keyed: bool) -> (f64, bool) {
     let cache = tempfile::tempdir().unwrap();
     let (processor, dir) = (kcl_testkit::guest(guest).display().to_string(), cache.path().display().to_string());
@@ -38,7 +40,7 @@ async fn first_record(stream: &TestStream, application: &str, guest: &str, keyed
 #[tokio::main]
 async fn main() {
     let aws = clients().await;
-    println!("| guest | compiled by the worker | loaded from `kcl-host deploy`'s artifact |");
+    println!("| guest | compiled by the worker | loaded from `kcl-host deploy`'s artifact | the same, an older file on the command line |");
     for guest in ["counter", "go-counter", "py-counter", "js-counter"] {
         let stream = TestStream::create(&aws.kinesis, &unique("bench-cold-start"), 1).await;
         let application = unique("bench-cold-start-app");
@@ -52,6 +54,8 @@ async fn main() {
         assert!(deploy.status.success(), "{}", String::from_utf8_lossy(&deploy.stderr));
         let (loaded, compiling) = first_record(&stream, &application, guest, true).await;
         assert!(!compiling, "{guest}: the deployed artifact is loaded");
-        println!("| {guest} | {compiled:.2} s | {loaded:.2} s |");
+        let (older, compiling) = first_record(&stream, &application, "noop", true).await;
+        assert!(!compiling, "{guest}: the deployed artifact is loaded, the older file not compiled");
+        println!("| {guest} | {compiled:.2} s | {loaded:.2} s | {older:.2} s |");
     }
 }

@@ -46,6 +46,10 @@ async fn an_empty_cache_loads_the_deployed_compiled_code_only_under_the_fleets_k
     let (tagged, counter) = (guest("tagged"), guest("counter"));
     // The application's tables come from its first worker.
     serve_a_round(&stream, &application, &counter, KEY, "first").await;
+    let table = format!("{application}-KclHostComponents");
+    let (code, text) = run_to_exit(&["deploy", &tagged, "--application", &application], &[("KCL_HOST_ARTIFACT_KEY", "too-short")]).await;
+    assert!(code != 0 && text.contains("needs at least 32"), "{code}: {text}");
+    assert!(aws.dynamodb.describe_table().table_name(&table).send().await.is_err(), "a refused deploy created {table}");
     let (code, text) = run_to_exit(&["deploy", &tagged, "--application", &application], &[("KCL_HOST_ARTIFACT_KEY", KEY)]).await;
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("sealed with KCL_HOST_ARTIFACT_KEY"), "{text}");
@@ -71,7 +75,6 @@ async fn an_empty_cache_loads_the_deployed_compiled_code_only_under_the_fleets_k
     assert_eq!(count_lines(&log, "compiling the component"), 1, "{}", log.join("\n"));
 
     // The right key, but a byte of the stored code changed: compiled again.
-    let table = format!("{application}-KclHostComponents");
     let rows = component_rows(&aws.dynamodb, &table).await;
     let chunk = rows.iter().find(|key| key.contains('@') && key.ends_with("/0")).unwrap_or_else(|| panic!("no artifact row in {rows:?}"));
     let row = aws.dynamodb.get_item().table_name(&table).key("key", AttributeValue::S(chunk.clone())).send().await.unwrap();

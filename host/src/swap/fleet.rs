@@ -141,7 +141,8 @@ async fn load_deployed(wanted: &Version, loader: &Loader, known: Option<Processo
 /// Nothing is written — no table created — unless the file is a component
 /// that initializes and the application exists. Returns what to print.
 pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, processor: Option<&Path>) -> Result<String, String> {
-    // The file first: a refused deploy touches nothing.
+    // The file and the key first: a refused deploy touches nothing.
+    let fleet = FleetArtifacts::from_env(dynamodb, application)?;
     let checked = match processor {
         Some(path) => Some(checked_component(path).await?),
         None => None,
@@ -164,7 +165,7 @@ pub async fn deploy(dynamodb: &aws_sdk_dynamodb::Client, application: &str, proc
             // Stored in DynamoDB, so a worker on any machine can load it.
             components.ensure().await.map_err(|e| e.to_string())?;
             components.put(processor.hash(), &bytes).await.map_err(|e| e.to_string())?;
-            compiled = match FleetArtifacts::from_env(dynamodb, application)? {
+            compiled = match fleet {
                 Some(fleet) => {
                     let stored = fleet.store(&runtime, &processor, &bytes).await?;
                     format!("; its compiled code ({} KiB, sealed with {KEY_VARIABLE}) too, for workers of engine {}", stored / 1024, runtime.engine_id())
