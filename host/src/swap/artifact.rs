@@ -120,7 +120,7 @@ impl FleetArtifacts {
     /// one is stored and its seal checks; says in the log why one is not used.
     pub async fn fetch(&self, runtime: &Runtime, component: &[u8]) -> Option<Precompiled> {
         let (sha256, engine) = (hex_sha256(component), runtime.engine_id());
-        let hash = &sha256[..12];
+        let hash = &sha256[..12]; // as `Processor::hash` names it
         let (head, stored) = match self.components.get_artifact(hash, &engine).await {
             Ok(Some(found)) => found,
             Ok(None) | Err(LeaseError::Aws(AwsError::TableMissing(_))) => {
@@ -132,25 +132,17 @@ impl FleetArtifacts {
                 return None;
             }
         };
-        let sealed = |name: &str| head.get(name).cloned();
-        let checked = match (sealed("sha256"), sealed("seal")) {
-            (Some(AttributeValue::S(of)), Some(AttributeValue::B(seal))) if of == sha256 => {
-                self.key.mac(&sha256, &engine, &stored).verify_slice(seal.as_ref()).is_ok()
+        // Tens of milliseconds of hashing and inflating: off the async workers,
+        // which may be running shards (a deploy followed mid-stream).
+        let (key, of) = (self.key.clone(), sha256.clone());
+        let opened = tokio::task::spawn_blocking(move || open(&key, &of, &engine, &head, &stored)).await.expect("opening does not panic");
+        let artifact = match opened {
+            Ok(artifact) => artifact,
+            Err(why) => {
+                tracing::warn!("the component table's compiled artifact of {hash} {why}: ignoring it and compiling here");
+                return None;
             }
-            _ => false,
         };
-        if !checked {
-            tracing::warn!(
-                "the component table's compiled artifact of {hash} is not sealed with this worker's {KEY_VARIABLE}: \
-                 ignoring it and compiling here (deploy with the same key as the workers)"
-            );
-            return None;
-        }
-        let mut artifact = Vec::with_capacity(stored.len() * 3);
-        if let Err(e) = DeflateDecoder::new(stored.as_slice()).read_to_end(&mut artifact) {
-            tracing::warn!("the compiled artifact of {hash} does not inflate, compiling it here: {e}");
-            return None;
-        }
         tracing::info!("loading the compiled artifact of {hash} that `kcl-host deploy` stored ({} KiB, seal checked)", artifact.len() / 1024);
         // SAFETY: sealed under the fleet's key by `kcl-host deploy`, from
         // `Processor::serialize` of this very component and engine id.
@@ -187,6 +179,22 @@ impl Loader {
         };
         Processor::from_precompiled(&self.runtime, path, bytes, precompiled).await
     }
+}
+
+/// The artifact `stored` under `head`, once its seal checks under `key` as
+/// the compiled code of the component `sha256` for the engine `engine`;
+/// `Err` says what is wrong with it.
+fn open(key: &ArtifactKey, sha256: &str, engine: &str, head: &Item, stored: &[u8]) -> Result<Vec<u8>, String> {
+    let checked = match (head.get("sha256"), head.get("seal")) {
+        (Some(AttributeValue::S(of)), Some(AttributeValue::B(seal))) if of == sha256 => key.mac(sha256, engine, stored).verify_slice(seal.as_ref()).is_ok(),
+        _ => false,
+    };
+    if !checked {
+        return Err(format!("is not sealed with this worker's {KEY_VARIABLE} (deploy with the same key as the workers)"));
+    }
+    let mut artifact = Vec::with_capacity(stored.len() * 3);
+    DeflateDecoder::new(stored).read_to_end(&mut artifact).map_err(|e| format!("does not inflate: {e}"))?;
+    Ok(artifact)
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
