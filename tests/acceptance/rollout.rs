@@ -6,15 +6,13 @@
 
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
 use super::*;
 
 const SIGHUP: i32 = 1;
 
 /// The host's name for a component: the start of its SHA-256.
 fn hash_of(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect()
+    kcl_host::runtime::Processor::hash_of(bytes)
 }
 
 fn read_guest(name: &str) -> Vec<u8> {

@@ -7,7 +7,6 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
@@ -79,9 +78,7 @@ pub(crate) fn engine_id(engine: &Engine) -> String {
 }
 
 fn artifact_path(engine: &Engine, bytes: &[u8], dir: &Path) -> PathBuf {
-    let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    dir.join(format!("{hex}-{}.cwasm", engine_id(engine)))
+    dir.join(format!("{}-{}.cwasm", super::sha256_hex(bytes), engine_id(engine)))
 }
 
 /// Writes `artifact` to `path` atomically (a crash mid-write never leaves a

@@ -54,6 +54,13 @@ pub(crate) use state::Cache as StateCache;
 pub use state::{KeyedState, StateChanges, StateError, StateFuture, StateSource, HOST_KEY_PREFIX, MAX_CHANGED_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use bindings::v0_4::windowed::exports::kcl::processor::window::WindowBounds;
 
+/// The SHA-256 of a component's `bytes` in hex: what names it in the
+/// compile cache and the fleet's artifacts; [`Processor::hash`] is its start.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The `kcl:processor` contract versions a processor may implement.
 pub fn contract_versions() -> impl Iterator<Item = &'static str> {
     contract::RECORD_PROCESSOR_EXPORTS.iter().map(|(version, _)| *version)

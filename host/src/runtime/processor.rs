@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::Component;
 
@@ -206,7 +205,9 @@ impl Processor {
 
     /// What [`Processor::hash`] is for the component `bytes`.
     pub fn hash_of(bytes: &[u8]) -> String {
-        Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect()
+        let mut hex = super::sha256_hex(bytes);
+        hex.truncate(12);
+        hex
     }
 
     /// Names this component in logs and metrics: the start of its SHA-256.

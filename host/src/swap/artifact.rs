@@ -27,13 +27,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use super::store::ComponentStore;
 use crate::aws::AwsError;
 use crate::lease::table::Item;
 use crate::lease::LeaseError;
-use crate::runtime::{LoadError, Precompiled, Processor, Runtime};
+use crate::runtime::{sha256_hex, LoadError, Precompiled, Processor, Runtime};
 
 /// The environment variable holding the fleet's key.
 pub const KEY_VARIABLE: &str = "KCL_HOST_ARTIFACT_KEY";
@@ -106,7 +106,7 @@ impl FleetArtifacts {
         let artifact = processor.serialize().map_err(|e| format!("cannot serialize the compiled component: {e}"))?;
         let mut encoder = DeflateEncoder::new(Vec::new(), flate2::Compression::default());
         let stored = encoder.write_all(&artifact).and_then(|()| encoder.finish()).expect("deflating into memory does not fail");
-        let (sha256, engine) = (hex_sha256(component), runtime.engine_id());
+        let (sha256, engine) = (sha256_hex(component), runtime.engine_id());
         let seal = self.key.mac(&sha256, &engine, &stored).finalize().into_bytes();
         let head = Item::from([
             ("sha256".to_owned(), AttributeValue::S(sha256)),
@@ -119,7 +119,7 @@ impl FleetArtifacts {
     /// The artifact of `component` (its bytes) for `runtime`'s engine, when
     /// one is stored and its seal checks; says in the log why one is not used.
     pub async fn fetch(&self, runtime: &Runtime, component: &[u8]) -> Option<Precompiled> {
-        let (sha256, engine) = (hex_sha256(component), runtime.engine_id());
+        let (sha256, engine) = (sha256_hex(component), runtime.engine_id());
         let hash = &sha256[..12]; // as `Processor::hash` names it
         let (head, stored) = match self.components.get_artifact(hash, &engine).await {
             Ok(Some(found)) => found,
@@ -195,10 +195,6 @@ fn open(key: &ArtifactKey, sha256: &str, engine: &str, head: &Item, stored: &[u8
     let mut artifact = Vec::with_capacity(stored.len() * 3);
     DeflateDecoder::new(stored).read_to_end(&mut artifact).map_err(|e| format!("does not inflate: {e}"))?;
     Ok(artifact)
-}
-
-fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
